@@ -1,0 +1,62 @@
+"""The engine interface every recogniser implements.
+
+An engine takes a batch of utterances (int16 PCM at 16 kHz plus per-request options) and
+returns text, tokens, timestamps and language for each.  Engines are called from scheduler
+worker threads, never from the event loop, so ``decode_batch`` may block.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kitt_stt.hotwords import Hotword
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    """Per-request settings, taken from the session when its segment began."""
+
+    language: str = "auto"
+    use_itn: bool = True
+    hotwords: tuple[Hotword, ...] = ()
+
+
+@dataclass(frozen=True)
+class AsrRequest:
+    samples: np.ndarray  # int16, 16 kHz, mono
+    options: DecodeOptions = DecodeOptions()
+
+
+@dataclass(frozen=True)
+class AsrResult:
+    text: str
+    tokens: list[str] = field(default_factory=list)
+    timestamps: list[float] = field(default_factory=list)
+    lang: str | None = None
+    emotion: str | None = None
+    event: str | None = None
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    name: str
+    kind: str
+    provider: str
+    languages: tuple[str, ...] = ("auto",)
+    supports_hotwords: bool = False
+
+
+class AsrEngine(ABC):
+    info: EngineInfo
+
+    @abstractmethod
+    def decode_batch(self, requests: Sequence[AsrRequest]) -> list[AsrResult]:
+        """Decode each request; the i-th result belongs to the i-th request."""
+
+    def warm_up(self) -> None:
+        """Run one tiny decode so the first real request does not pay for lazy initialisation."""
+        self.decode_batch([AsrRequest(np.zeros(16000, dtype=np.int16))])

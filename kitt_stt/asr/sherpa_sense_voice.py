@@ -1,0 +1,76 @@
+"""SenseVoice on sherpa-onnx's ``OfflineRecognizer`` (greedy CTC, CPU).
+
+sherpa-onnx fixes language and ITN per recognizer, not per stream, so one recognizer is built
+lazily for each (language, ITN) pair a session asks for; they share nothing but the file, so
+each pair costs one more copy of the model in memory (small for the tone model; for SenseVoice
+prefer one language per deployment).  Only configurations sherpa-onnx survives are ever passed
+to it: greedy search, ``provider="cpu"``, and a model checked by ``sense_voice_model``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+import sherpa_onnx
+
+from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult, EngineInfo
+from kitt_stt.asr.sense_voice_model import LANGUAGES, SenseVoiceModel
+from kitt_stt.asr.text import strip_tags, tag_value
+
+SAMPLE_RATE = 16000
+
+
+class SherpaSenseVoiceEngine(AsrEngine):
+    def __init__(self, model: SenseVoiceModel, kind: str, num_threads: int = 1) -> None:
+        self._model = model
+        self._num_threads = num_threads
+        self._recognizers: dict[tuple[str, bool], sherpa_onnx.OfflineRecognizer] = {}
+        self._lock = threading.Lock()
+        self.info = EngineInfo(name=model.name, kind=kind, provider="cpu", languages=LANGUAGES)
+
+    def _recognizer(self, language: str, use_itn: bool) -> sherpa_onnx.OfflineRecognizer:
+        if language not in LANGUAGES:
+            raise ValueError(f"language {language!r} is not supported; use one of {', '.join(LANGUAGES)}")
+        key = (language, use_itn)
+        with self._lock:
+            recognizer = self._recognizers.get(key)
+            if recognizer is None:
+                recognizer = sherpa_onnx.OfflineRecognizer.from_sense_voice(
+                    model=str(self._model.model_path),
+                    tokens=str(self._model.tokens_path),
+                    num_threads=self._num_threads,
+                    provider="cpu",
+                    decoding_method="greedy_search",
+                    language=language,
+                    use_itn=use_itn,
+                )
+                self._recognizers[key] = recognizer
+            return recognizer
+
+    def decode_batch(self, requests: Sequence[AsrRequest]) -> list[AsrResult]:
+        results: list[AsrResult | None] = [None] * len(requests)
+        groups: dict[tuple[str, bool], list[int]] = {}
+        for index, request in enumerate(requests):
+            groups.setdefault((request.options.language, request.options.use_itn), []).append(index)
+        for (language, use_itn), indices in groups.items():
+            recognizer = self._recognizer(language, use_itn)
+            streams = []
+            for index in indices:
+                stream = recognizer.create_stream()
+                samples = requests[index].samples.astype(np.float32) / 32768.0
+                stream.accept_waveform(SAMPLE_RATE, samples)
+                streams.append(stream)
+            recognizer.decode_streams(streams)
+            for index, stream in zip(indices, streams, strict=True):
+                result = stream.result
+                results[index] = AsrResult(
+                    text=strip_tags(result.text),
+                    tokens=list(result.tokens),
+                    timestamps=[round(float(t), 3) for t in result.timestamps],
+                    lang=tag_value(result.lang),
+                    emotion=tag_value(result.emotion),
+                    event=tag_value(result.event),
+                )
+        return [result for result in results if result is not None]

@@ -1,0 +1,153 @@
+"""Voice activity per seat: webrtcvad on 20 ms frames -> speech segments.
+
+A small explicit state machine (:class:`VadState`).  In ``SILENCE`` the last ``preroll_ms`` of
+audio sit in a ring, so when speech is confirmed the segment starts *before* the frames that
+confirmed it and the first syllable is never cut.  Speech is confirmed when ``start_ms`` of the
+last ``start_window_ms`` were voiced (start hysteresis) and ends after ``silence_ms`` of
+continuous non-speech (stop hysteresis), or at ``max_segment_ms`` (forced split; speech goes on
+in a new segment), or when the client says so.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+import webrtcvad
+
+from kitt_stt.config.schema import VadConfig
+
+SAMPLE_RATE = 16000
+FRAME_MS = 20
+FRAME_SAMPLES = SAMPLE_RATE * FRAME_MS // 1000
+
+
+class VadState(str, Enum):
+    SILENCE = "silence"
+    SPEECH = "speech"
+
+
+class EndReason(str, Enum):
+    SILENCE = "silence"
+    CLIENT = "client"
+    MAX_DURATION = "max_duration"
+    FINALIZE = "finalize"
+    STOP = "stop"
+
+
+@dataclass(frozen=True)
+class SpeechStarted:
+    """Speech confirmed; ``preroll`` is the audio of the segment so far (pre-roll included)."""
+
+    audio_ms: int
+    preroll: np.ndarray
+
+
+@dataclass(frozen=True)
+class SpeechAudio:
+    samples: np.ndarray
+
+
+@dataclass(frozen=True)
+class SpeechEnded:
+    end_ms: int
+    reason: EndReason
+
+
+VadEvent = SpeechStarted | SpeechAudio | SpeechEnded
+
+
+class VadSegmenter:
+    """Feed 20 ms int16 frames, get segment events back, in order."""
+
+    def __init__(self, config: VadConfig) -> None:
+        self._vad = webrtcvad.Vad(config.aggressiveness)
+        self._start_frames = max(1, config.start_ms // FRAME_MS)
+        self._window = deque[bool](maxlen=max(self._start_frames, config.start_window_ms // FRAME_MS))
+        self._silence_frames = max(1, config.silence_ms // FRAME_MS)
+        self._max_frames = max(1, config.max_segment_ms // FRAME_MS)
+        self._preroll = deque[np.ndarray](maxlen=max(1, config.preroll_ms // FRAME_MS) + self._window.maxlen)
+        self.state = VadState.SILENCE
+        self.client_held = False
+        self._frames_seen = 0
+        self._segment_frames = 0
+        self._trailing_silence = 0
+        self._last_voiced_end_ms = 0
+
+    @property
+    def audio_ms(self) -> int:
+        """Audio time of this seat's stream: ms of audio received so far."""
+        return self._frames_seen * FRAME_MS
+
+    @property
+    def buffered_bytes(self) -> int:
+        return sum(frame.nbytes for frame in self._preroll)
+
+    def process(self, frame: np.ndarray) -> list[VadEvent]:
+        voiced = self._vad.is_speech(frame.tobytes(), SAMPLE_RATE)
+        self._frames_seen += 1
+        if self.state is VadState.SILENCE:
+            return self._in_silence(frame, voiced)
+        return self._in_speech(frame, voiced)
+
+    def _in_silence(self, frame: np.ndarray, voiced: bool) -> list[VadEvent]:
+        self._preroll.append(frame)
+        self._window.append(voiced)
+        if sum(self._window) < self._start_frames:
+            return []
+        first_voiced = len(self._window) - list(self._window).index(True)
+        return [self._start(self.audio_ms - first_voiced * FRAME_MS)]
+
+    def _in_speech(self, frame: np.ndarray, voiced: bool) -> list[VadEvent]:
+        self._segment_frames += 1
+        events: list[VadEvent] = [SpeechAudio(frame)]
+        if voiced:
+            self._trailing_silence = 0
+            self._last_voiced_end_ms = self.audio_ms
+        else:
+            self._trailing_silence += 1
+        if self._trailing_silence >= self._silence_frames and not self.client_held:
+            events.append(self._end(EndReason.SILENCE))
+        elif self._segment_frames >= self._max_frames:
+            events.append(self._end(EndReason.MAX_DURATION))
+            if voiced:  # speech goes on: open the next segment right away, no pre-roll needed
+                events.append(self._start(self.audio_ms))
+        return events
+
+    def _start(self, speech_ms: int) -> SpeechStarted:
+        preroll = np.concatenate(list(self._preroll)) if self._preroll else np.zeros(0, np.int16)
+        self._preroll.clear()
+        self._window.clear()
+        self.state = VadState.SPEECH
+        self._segment_frames = preroll.shape[0] // FRAME_SAMPLES
+        self._trailing_silence = 0
+        self._last_voiced_end_ms = self.audio_ms
+        return SpeechStarted(audio_ms=max(0, speech_ms), preroll=preroll)
+
+    def _end(self, reason: EndReason) -> SpeechEnded:
+        self.state = VadState.SILENCE
+        self.client_held = False
+        self._window.clear()
+        end_ms = self.audio_ms if reason is not EndReason.SILENCE else self._last_voiced_end_ms
+        return SpeechEnded(end_ms=end_ms, reason=reason)
+
+    def client_start(self) -> list[VadEvent]:
+        """Client says speech started: open a segment now and hold it until the client ends it."""
+        self.client_held = True
+        if self.state is VadState.SPEECH:
+            return []
+        return [self._start(self.audio_ms)]
+
+    def force_end(self, reason: EndReason) -> list[VadEvent]:
+        """End the open segment now (client ``vad stop``, ``finalize``, ``close``)."""
+        self.client_held = False
+        if self.state is VadState.SILENCE:
+            return []
+        return [self._end(reason)]
+
+    def reset(self) -> None:
+        """Drop buffered audio (seat closed)."""
+        self._preroll.clear()
+        self._window.clear()

@@ -1,0 +1,156 @@
+"""The ``kitt-stt`` command: serve, config show, models build, transcribe."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+from kitt_stt.config.loader import ConfigError, load_config
+
+EXIT_USAGE = 2
+
+
+def _fail(message: str) -> int:
+    print(f"kitt-stt: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from kitt_stt.asr.factory import build_engine
+    from kitt_stt.asr.sense_voice_model import ModelError
+    from kitt_stt.logs import configure_logging
+    from kitt_stt.server.app import create_app
+    from kitt_stt.server.runner import run
+
+    try:
+        config = load_config(args.config).config
+    except ConfigError as exc:
+        return _fail(str(exc))
+    configure_logging(config.logging.level, config.logging.json_format)
+    try:
+        engine = build_engine(config)
+    except (ModelError, ValueError) as exc:
+        return _fail(f"cannot load the ASR model: {exc}")
+    host = args.host or config.server.host
+    port = config.server.port if args.port is None else args.port
+    run(create_app(config, engine), host, port, config.server.max_message_bytes, config.logging.level)
+    return 0
+
+
+def cmd_config_show(args: argparse.Namespace) -> int:
+    try:
+        loaded = load_config(args.config)
+    except ConfigError as exc:
+        return _fail(str(exc))
+    data = loaded.config.model_dump(mode="json")
+    if args.json:
+        print(json.dumps(data, indent=2, ensure_ascii=False))
+    else:
+        if loaded.files:
+            print("# merged from: " + " <- ".join(str(path) for path in reversed(loaded.files)))
+        print(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), end="")
+    return 0
+
+
+def cmd_models_build(args: argparse.Namespace) -> int:
+    from kitt_stt.models.tone_model import build_tone_model
+
+    if args.name != "tone":
+        return _fail(f"cannot build {args.name!r}; buildable models: tone")
+    digests = build_tone_model(Path(args.out))
+    for name, digest in digests.items():
+        print(f"{digest}  {Path(args.out) / name}")
+    return 0
+
+
+def cmd_synth(args: argparse.Namespace) -> int:
+    from kitt_stt.audio.wavfile import write_wav_16k_mono
+    from kitt_stt.models.tone_synth import ToneStyle, synthesize
+
+    style = ToneStyle(burst_ms=args.burst_ms, gap_ms=args.gap_ms, peak=args.peak, lead_ms=args.lead_ms,
+                      tail_ms=args.tail_ms, snr_db=args.snr_db)
+    try:
+        audio = synthesize(args.text, style)
+    except ValueError as exc:
+        return _fail(str(exc))
+    write_wav_16k_mono(Path(args.out), (audio * 32767.0).astype("<i2"))
+    print(f"wrote {args.out}: {audio.shape[0] / 16000:.2f} s")
+    return 0
+
+
+def cmd_transcribe(args: argparse.Namespace) -> int:
+    from kitt_stt.audio.wavfile import WavFormatError, read_wav_16k_mono
+    from kitt_stt.client.transcribe import printer, transcribe
+
+    try:
+        samples = read_wav_16k_mono(Path(args.file))
+    except (OSError, WavFormatError) as exc:
+        return _fail(str(exc))
+    try:
+        asyncio.run(transcribe(args.url, samples, seat=args.seat, realtime=args.realtime, token=args.token,
+                               language=args.language, on_frame=printer()))
+    except (OSError, ConnectionError) as exc:
+        return _fail(f"cannot stream to {args.url}: {exc}")
+    except Exception as exc:  # websockets raises its own hierarchy for refused upgrades
+        return _fail(f"session with {args.url} failed: {exc}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kitt-stt", description="Streaming speech-to-text service")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the WebSocket service")
+    serve.add_argument("--config", help="config file (default: $KITT_STT_CONFIG, else built-in defaults)")
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.set_defaults(handler=cmd_serve)
+
+    config = commands.add_parser("config", help="inspect configuration")
+    config_commands = config.add_subparsers(dest="config_command", required=True)
+    show = config_commands.add_parser("show", help="print the effective merged configuration")
+    show.add_argument("--config")
+    show.add_argument("--json", action="store_true", help="print JSON instead of YAML")
+    show.set_defaults(handler=cmd_config_show)
+
+    models = commands.add_parser("models", help="manage models")
+    model_commands = models.add_subparsers(dest="models_command", required=True)
+    build = model_commands.add_parser("build", help="generate a synthetic model")
+    build.add_argument("name", choices=["tone"])
+    build.add_argument("--out", required=True, help="output directory")
+    build.set_defaults(handler=cmd_models_build)
+
+    synth = commands.add_parser("synth", help="speak text in the tone language (for the tone model) to a WAV")
+    synth.add_argument("text", help="characters of 打开关车门窗ABCDEF")
+    synth.add_argument("out", help="output WAV path (16 kHz mono int16)")
+    synth.add_argument("--burst-ms", type=float, default=200.0)
+    synth.add_argument("--gap-ms", type=float, default=100.0)
+    synth.add_argument("--peak", type=float, default=0.5)
+    synth.add_argument("--lead-ms", type=float, default=500.0)
+    synth.add_argument("--tail-ms", type=float, default=1000.0)
+    synth.add_argument("--snr-db", type=float, default=None, help="add white noise at this SNR")
+    synth.set_defaults(handler=cmd_synth)
+
+    transcribe = commands.add_parser("transcribe", help="stream a WAV file and print the results")
+    transcribe.add_argument("file")
+    transcribe.add_argument("--url", default="ws://127.0.0.1:8000/stt/sensevoice")
+    transcribe.add_argument("--seat", default="default")
+    transcribe.add_argument("--realtime", action="store_true", help="pace at real time (default: as fast as allowed)")
+    transcribe.add_argument("--token", help="bearer token, if the server requires one")
+    transcribe.add_argument("--language", help="language hint (auto, zh, en, ...)")
+    transcribe.set_defaults(handler=cmd_transcribe)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.handler(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""Stream a WAV file to the service and print what comes back (``kitt-stt transcribe``)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, TextIO
+
+import numpy as np
+
+from kitt_stt.client.session import SttSession, connect
+
+FRAME_MS = 20
+FRAME_SAMPLES = 16000 * FRAME_MS // 1000
+PACING_MARGIN = 0.9  # stay under the server's allowed rate so no frame is refused
+
+
+def format_frame(frame: dict[str, Any]) -> str | None:
+    kind = frame.get("type")
+    seat = frame.get("seat", "")
+    if kind == "interim":
+        return f"interim  [{seat}] #{frame['segment_id']} {frame['text']}"
+    if kind == "final":
+        return (f"final    [{seat}] #{frame['segment_id']} {frame['text']}  "
+                f"(lang={frame.get('lang')}, {frame.get('server_latency_ms', 0):.0f} ms)")
+    if kind == "commit":
+        decision = frame.get("metadata", {}).get("eot", {}).get("decision", {})
+        return f"commit   [{seat}] turn {frame['turn_id']} {frame['text']}  (reason={decision.get('reason')})"
+    if kind == "error":
+        return f"error    [{seat or '-'}] {frame['code']}: {frame['message']}"
+    return None
+
+
+async def _send_paced(session: SttSession, samples: np.ndarray, seat: str, realtime: bool) -> None:
+    """Send 20 ms frames on absolute deadlines: real time, or as fast as the server's limits allow."""
+    limits = session.ready.get("limits", {})
+    factor = 1.0 if realtime else float(limits.get("realtime_factor", 1.0)) * PACING_MARGIN
+    burst_ms = 0.0 if realtime else float(limits.get("burst_ms", 0)) * PACING_MARGIN
+    started = time.monotonic()
+    for index, offset in enumerate(range(0, samples.shape[0], FRAME_SAMPLES)):
+        frame = samples[offset : offset + FRAME_SAMPLES]
+        if frame.shape[0] < FRAME_SAMPLES:
+            frame = np.concatenate([frame, np.zeros(FRAME_SAMPLES - frame.shape[0], dtype=np.int16)])
+        deadline = started + max(0.0, index * FRAME_MS - burst_ms) / 1000.0 / factor
+        delay = deadline - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        await session.send_audio(frame.astype("<i2").tobytes(), seat=seat)
+
+
+async def transcribe(url: str, samples: np.ndarray, seat: str = "default", realtime: bool = False,
+                     token: str | None = None, language: str | None = None,
+                     on_frame: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """Stream ``samples`` (int16, 16 kHz) on one seat, then ``close``; return every frame received."""
+    received: list[dict[str, Any]] = []
+    async with connect(url, token=token) as session:
+        if language:
+            await session.start(language=language)
+
+        async def collect() -> None:
+            async for frame in session.frames():
+                received.append(frame)
+                if on_frame is not None:
+                    on_frame(frame)
+
+        collector = asyncio.create_task(collect())
+        await _send_paced(session, samples, seat, realtime)
+        await session.close()
+        await collector
+    return received
+
+
+def printer(stream: TextIO = sys.stdout, errors: TextIO = sys.stderr) -> Callable[[dict[str, Any]], None]:
+    def show(frame: dict[str, Any]) -> None:
+        line = format_frame(frame)
+        if line is not None:
+            print(line, file=errors if frame.get("type") == "error" else stream, flush=True)
+
+    return show

@@ -1,0 +1,104 @@
+"""Typed configuration with named defaults; unknown keys are rejected (``extra="forbid"``).
+
+Every default is chosen in ``docs/configuration.md``; keep the two in step.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from kitt_stt.hotwords import parse_hotword
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class Provider(str, Enum):
+    """Where inference runs."""
+
+    CPU = "cpu"
+    CUDA = "cuda"
+    TENSORRT = "tensorrt"
+
+
+class RateLimitConfig(_Section):
+    """Per-seat audio budget: ``burst_ms`` of audio at once, then ``realtime_factor`` x real time."""
+
+    realtime_factor: float = Field(default=4.0, gt=0)
+    burst_ms: int = Field(default=10_000, ge=1000)
+
+
+class ServerConfig(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    path: str = "/stt/sensevoice"
+    auth_token: str | None = None
+    max_connections: int = Field(default=64, ge=1)
+    max_seats: int = Field(default=8, ge=1, le=64)
+    max_frame_ms: int = Field(default=1000, ge=10, le=1000)
+    max_message_bytes: int = Field(default=1 << 20, ge=4096)
+    outbound_queue_frames: int = Field(default=2000, ge=10)
+    rate_limit: RateLimitConfig = RateLimitConfig()
+    shutdown_grace_s: float = Field(default=10.0, ge=0)
+
+
+class AsrConfig(_Section):
+    model: str = "tone"
+    provider: Provider = Provider.CPU
+    num_threads: int = Field(default=1, ge=1)
+    workers: int = Field(default=2, ge=1, le=64)
+    max_batch: int = Field(default=4, ge=1, le=64)
+    language: str = "auto"
+    use_itn: bool = True
+    hotwords: list[str] = []
+
+    @field_validator("hotwords")
+    @classmethod
+    def _check_hotwords(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            parse_hotword(entry)
+        return value
+
+
+class VadConfig(_Section):
+    aggressiveness: int = Field(default=2, ge=0, le=3)
+    start_ms: int = Field(default=60, ge=20)
+    start_window_ms: int = Field(default=100, ge=20)
+    silence_ms: int = Field(default=500, ge=60)
+    preroll_ms: int = Field(default=300, ge=0, le=2000)
+    max_segment_ms: int = Field(default=30_000, ge=1000)
+
+
+class InterimConfig(_Section):
+    enabled: bool = True
+    start_ms: int = Field(default=1000, ge=0)
+    min_interval_ms: int = Field(default=1000, ge=50)
+
+
+class TurnConfig(_Section):
+    wait_ms: int = Field(default=1000, ge=0)
+
+
+class ModelsConfig(_Section):
+    cache_dir: Path | None = None
+
+
+class LoggingConfig(_Section):
+    level: str = "INFO"
+    json_format: bool = False
+
+
+class AppConfig(_Section):
+    """The whole service configuration (see ``config.yaml`` for a commented example)."""
+
+    server: ServerConfig = ServerConfig()
+    asr: AsrConfig = AsrConfig()
+    vad: VadConfig = VadConfig()
+    interim: InterimConfig = InterimConfig()
+    turn: TurnConfig = TurnConfig()
+    models: ModelsConfig = ModelsConfig()
+    logging: LoggingConfig = LoggingConfig()

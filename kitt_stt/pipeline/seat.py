@@ -1,0 +1,210 @@
+"""One seat's pipeline: audio -> VAD -> segment -> interim/final decodes -> turn commits.
+
+Everything here runs on the event loop and never blocks: decodes go to the shared
+:class:`~kitt_stt.scheduler.InferenceScheduler` and come back as awaited futures.
+
+Ordering guarantees of the protocol hold by construction:
+
+* ``speech_start`` is emitted synchronously when VAD opens the segment, before any decode;
+* an interim is emitted only while its segment is still open; the segment is closed
+  synchronously when it ends, and its final is emitted after that, so no interim can follow
+  its final;
+* finals are chained: each waits for the previous segment's final before it is emitted;
+* a commit is emitted only after the finals of its segments (see :mod:`.turn`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Hashable
+
+import numpy as np
+
+from kitt_stt.asr.engine import AsrRequest
+from kitt_stt.audio.vad import (
+    FRAME_SAMPLES,
+    EndReason,
+    SpeechAudio,
+    SpeechEnded,
+    SpeechStarted,
+    VadEvent,
+    VadSegmenter,
+)
+from kitt_stt.config.schema import AppConfig
+from kitt_stt.pipeline.eot import CommitReason, EotPolicy
+from kitt_stt.pipeline.segment import Segment
+from kitt_stt.pipeline.settings import SessionSettings
+from kitt_stt.pipeline.turn import Turn, TurnTracker
+from kitt_stt.protocol.errors import ErrorCode
+from kitt_stt.protocol.frames import ErrorFrame, FinalFrame, InterimFrame, ServerFrame, SpeechStartFrame
+from kitt_stt.scheduler import InferenceScheduler, Priority
+
+log = logging.getLogger(__name__)
+
+_FLUSH_REASONS = {EndReason.FINALIZE: CommitReason.FINALIZE, EndReason.STOP: CommitReason.STOP}
+
+
+class SeatPipeline:
+    def __init__(
+        self,
+        seat: str,
+        config: AppConfig,
+        settings: Callable[[], SessionSettings],
+        scheduler: InferenceScheduler,
+        policy: EotPolicy,
+        emit: Callable[[ServerFrame], None],
+        owner: Hashable,
+    ) -> None:
+        self.seat = seat
+        self._config = config
+        self._settings = settings
+        self._scheduler = scheduler
+        self._emit = emit
+        self._owner = owner
+        self._vad = VadSegmenter(config.vad)
+        self._turns = TurnTracker(seat, policy, emit)
+        self._carry = np.zeros(0, dtype=np.int16)
+        self._segment: Segment | None = None
+        self._segment_turn: Turn | None = None
+        self._next_segment_id = 1
+        self._final_chain: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.last_seq: int | None = None
+
+    # ----- input -------------------------------------------------------------------------------
+
+    def push_audio(self, samples: np.ndarray) -> None:
+        """Accept any whole number of 10 ms blocks; VAD runs on 20 ms frames."""
+        if self._carry.size:
+            samples = np.concatenate([self._carry, samples])
+        whole = samples.shape[0] - samples.shape[0] % FRAME_SAMPLES
+        for offset in range(0, whole, FRAME_SAMPLES):
+            self._handle(self._vad.process(samples[offset : offset + FRAME_SAMPLES]))
+        self._carry = samples[whole:].copy()
+
+    def client_vad(self, event: str) -> None:
+        if event == "start":
+            self._handle(self._vad.client_start())
+        else:
+            self._handle(self._vad.force_end(EndReason.CLIENT))
+
+    def flush(self, reason: EndReason) -> asyncio.Task[None] | None:
+        """End any open segment and commit the turn as soon as its finals are out."""
+        self._handle(self._vad.force_end(reason))
+        return self._turns.flush(_FLUSH_REASONS[reason], self._final_chain)
+
+    # ----- VAD events --------------------------------------------------------------------------
+
+    def _handle(self, events: list[VadEvent]) -> None:
+        for event in events:
+            if isinstance(event, SpeechAudio):
+                self._on_audio(event.samples)
+            elif isinstance(event, SpeechStarted):
+                self._on_start(event)
+            elif isinstance(event, SpeechEnded):
+                self._on_end(event)
+
+    def _on_start(self, event: SpeechStarted) -> None:
+        settings = self._settings()
+        segment = Segment(
+            segment_id=self._next_segment_id,
+            start_ms=event.audio_ms,
+            options=settings.decode_options(),
+            interim_enabled=settings.interim,
+        )
+        self._next_segment_id += 1
+        segment.buffer.append(event.preroll)
+        self._segment = segment
+        self._segment_turn = self._turns.begin_segment(segment.segment_id)
+        self._emit(SpeechStartFrame(seat=self.seat, segment_id=segment.segment_id, audio_ms=event.audio_ms))
+
+    def _on_audio(self, samples: np.ndarray) -> None:
+        segment = self._segment
+        if segment is None:
+            return
+        segment.buffer.append(samples)
+        audio_ms = self._vad.audio_ms
+        if segment.wants_interim(audio_ms, self._config.interim):
+            segment.mark_interim_requested(audio_ms)
+            self._spawn(self._run_interim(segment, audio_ms))
+
+    def _on_end(self, event: SpeechEnded) -> None:
+        segment, turn = self._segment, self._segment_turn
+        if segment is None or turn is None:
+            return
+        segment.closed = True
+        segment.end_ms = event.end_ms
+        segment.end_reason = event.reason.value
+        segment.ended_at = time.perf_counter()
+        self._segment = None
+        self._segment_turn = None
+        self._final_chain = self._spawn(self._run_final(segment, turn, self._final_chain))
+
+    # ----- decodes -----------------------------------------------------------------------------
+
+    async def _run_interim(self, segment: Segment, audio_ms: int) -> None:
+        request = AsrRequest(segment.buffer.view(), segment.options)
+        try:
+            outcome = await self._scheduler.submit(request, Priority.INTERIM, self._owner,
+                                                   coalesce_key=(self._owner, self.seat))
+        except Exception:
+            log.exception("interim decode failed (seat %s, segment %d)", self.seat, segment.segment_id)
+            return
+        if outcome is None or segment.closed:  # superseded, cancelled, or the final owns it now
+            return
+        text = outcome.result.text
+        if not text or text == segment.last_interim_text:
+            return
+        segment.last_interim_text = text
+        self._emit(InterimFrame(seat=self.seat, segment_id=segment.segment_id, text=text, audio_ms=audio_ms))
+
+    async def _run_final(self, segment: Segment, turn: Turn, previous: asyncio.Task[None] | None) -> None:
+        request = AsrRequest(segment.buffer.view(), segment.options)
+        text, lang, timing = "", None, {}
+        try:
+            outcome = await self._scheduler.submit(request, Priority.FINAL, self._owner)
+        except Exception as exc:
+            log.exception("final decode failed (seat %s, segment %d)", self.seat, segment.segment_id)
+            self._emit(ErrorFrame(code=ErrorCode.INTERNAL.value, seat=self.seat,
+                                  message=f"recognition failed for segment {segment.segment_id}: {exc}"))
+        else:
+            if outcome is None:  # connection closing: nobody is waiting for this final
+                return
+            text, lang = outcome.result.text, outcome.result.lang
+            timing = {"queue_ms": round(outcome.queue_ms, 2), "decode_ms": round(outcome.decode_ms, 2),
+                      "batch": outcome.batch_size}
+        if previous is not None:
+            await asyncio.shield(previous)
+        latency_ms = (time.perf_counter() - segment.ended_at) * 1000.0
+        timing["audio_ms"] = segment.buffer.duration_ms
+        self._emit(FinalFrame(
+            seat=self.seat, segment_id=segment.segment_id, text=text, start_ms=segment.start_ms,
+            end_ms=segment.end_ms, lang=lang, server_latency_ms=round(latency_ms, 2), timing=timing,
+            end_reason=segment.end_reason,
+        ))
+        self._turns.segment_final(turn, segment.segment_id, text, segment.ended_at)
+
+    def _spawn(self, coroutine) -> asyncio.Task[None]:
+        task = asyncio.create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # ----- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def buffered_bytes(self) -> int:
+        open_bytes = self._segment.buffer.nbytes if self._segment is not None else 0
+        return open_bytes + self._vad.buffered_bytes + self._carry.nbytes
+
+    def close(self) -> None:
+        """Release everything this seat holds; pending decodes are cancelled by the connection."""
+        for task in list(self._tasks):
+            task.cancel()
+        self._turns.close()
+        self._vad.reset()
+        self._segment = None
+        self._segment_turn = None
+        self._carry = np.zeros(0, dtype=np.int16)

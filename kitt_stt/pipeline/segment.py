@@ -1,0 +1,46 @@
+"""The open segment of a seat: its audio, its decode options and its interim cadence."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from kitt_stt.asr.engine import DecodeOptions
+from kitt_stt.audio.buffer import PcmBuffer
+from kitt_stt.config.schema import InterimConfig
+
+
+@dataclass
+class Segment:
+    segment_id: int
+    start_ms: int
+    options: DecodeOptions
+    interim_enabled: bool
+    buffer: PcmBuffer = field(default_factory=PcmBuffer)
+    closed: bool = False
+    end_ms: int = 0
+    end_reason: str = ""
+    ended_at: float = 0.0
+    last_interim_audio_ms: int | None = None
+    last_interim_wall: float = 0.0
+    last_interim_text: str = ""
+
+    def wants_interim(self, audio_ms: int, cadence: InterimConfig) -> bool:
+        """First interim after ``start_ms`` of speech, then at most every ``min_interval_ms``.
+
+        Both audio time (no new audio -> no interim) and wall time (a client sending faster
+        than real time does not get more decodes per second) must have advanced.
+        """
+        if self.closed or not self.interim_enabled or not cadence.enabled:
+            return False
+        if audio_ms - self.start_ms < cadence.start_ms:
+            return False
+        if self.last_interim_audio_ms is None:
+            return True
+        interval = cadence.min_interval_ms
+        return (audio_ms - self.last_interim_audio_ms >= interval
+                and (time.perf_counter() - self.last_interim_wall) * 1000.0 >= interval)
+
+    def mark_interim_requested(self, audio_ms: int) -> None:
+        self.last_interim_audio_ms = audio_ms
+        self.last_interim_wall = time.perf_counter()

@@ -1,0 +1,28 @@
+"""Session settings a client may set with ``start`` and change with ``configure``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from kitt_stt.asr.engine import DecodeOptions
+from kitt_stt.hotwords import Hotword
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    language: str = "auto"
+    use_itn: bool = True
+    interim: bool = True
+    hotwords: tuple[Hotword, ...] = ()
+
+    def updated(self, *, language: str | None = None, interim: bool | None = None,
+                hotwords: tuple[Hotword, ...] | None = None) -> SessionSettings:
+        return replace(
+            self,
+            language=self.language if language is None else language,
+            interim=self.interim if interim is None else interim,
+            hotwords=self.hotwords if hotwords is None else hotwords,
+        )
+
+    def decode_options(self) -> DecodeOptions:
+        return DecodeOptions(language=self.language, use_itn=self.use_itn, hotwords=self.hotwords)

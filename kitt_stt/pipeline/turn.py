@@ -1,0 +1,141 @@
+"""Turns of one seat: which segments belong together, and when the turn is committed.
+
+States (:class:`TurnState`): ``IDLE`` (no turn), ``SPEAKING`` (a segment is open or its final
+is pending), ``WAITING`` (all finals are out; the end-of-turn policy is deciding).  Speech
+resuming in ``WAITING`` cancels the decision and the turn goes on.  ``flush`` (finalize,
+close, shutdown) detaches the turn and commits it as soon as its finals are out, while new
+speech starts a new turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from enum import Enum
+
+from kitt_stt.pipeline.eot import CommitReason, Decision, EotPolicy, TurnContext
+from kitt_stt.protocol.frames import CommitFrame, ServerFrame
+
+log = logging.getLogger(__name__)
+
+
+class TurnState(str, Enum):
+    IDLE = "idle"
+    SPEAKING = "speaking"
+    WAITING = "waiting"
+
+
+@dataclass
+class Turn:
+    segment_ids: list[int] = field(default_factory=list)
+    texts: dict[int, str] = field(default_factory=dict)
+    pending_finals: int = 0
+    speech_ended_at: float = 0.0
+
+    def text(self) -> str:
+        return join_texts(self.texts[segment_id] for segment_id in self.segment_ids if segment_id in self.texts)
+
+
+def join_texts(parts) -> str:
+    """Join segment texts: a space between two Latin-script words, nothing between CJK text."""
+    joined = ""
+    for part in parts:
+        if not part:
+            continue
+        if joined and joined[-1].isascii() and joined[-1].isalnum() and part[0].isascii() and part[0].isalnum():
+            joined += " "
+        joined += part
+    return joined
+
+
+class TurnTracker:
+    def __init__(self, seat: str, policy: EotPolicy, emit: Callable[[ServerFrame], None]) -> None:
+        self._seat = seat
+        self._policy = policy
+        self._emit = emit
+        self._current: Turn | None = None
+        self._waiting: asyncio.Task[None] | None = None
+        self._commit_chain: asyncio.Task[None] | None = None
+        self._next_turn_id = 1
+
+    @property
+    def state(self) -> TurnState:
+        if self._current is None:
+            return TurnState.IDLE
+        return TurnState.WAITING if self._waiting is not None else TurnState.SPEAKING
+
+    def begin_segment(self, segment_id: int) -> Turn:
+        """A segment started: it joins the current turn (cancelling any pending decision)."""
+        self._cancel_waiting()
+        if self._current is None:
+            self._current = Turn()
+        self._current.segment_ids.append(segment_id)
+        self._current.pending_finals += 1
+        return self._current
+
+    def segment_final(self, turn: Turn, segment_id: int, text: str, speech_ended_at: float) -> None:
+        """A segment's final went out; when the turn has no open segment left, start deciding."""
+        turn.texts[segment_id] = text
+        turn.pending_finals -= 1
+        turn.speech_ended_at = max(turn.speech_ended_at, speech_ended_at)
+        if turn is self._current and turn.pending_finals == 0:
+            self._waiting = asyncio.create_task(self._decide(turn))
+
+    async def _decide(self, turn: Turn) -> None:
+        try:
+            decision = await self._policy.decide(TurnContext(speech_ended_at=turn.speech_ended_at))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("end-of-turn policy failed; committing on timeout")
+            decision = Decision(CommitReason.TIMEOUT, (time.perf_counter() - turn.speech_ended_at) * 1000.0)
+        if turn is not self._current:
+            return
+        self._current = None
+        self._waiting = None
+        previous = self._commit_chain
+        if previous is not None and not previous.done():
+            await asyncio.shield(previous)  # an earlier flushed turn commits first
+        self._commit(turn, decision)
+
+    def flush(self, reason: CommitReason, finals_done: Awaitable[None] | None) -> asyncio.Task[None] | None:
+        """Commit the current turn with ``reason`` once ``finals_done``; returns the commit task."""
+        self._cancel_waiting()
+        turn, self._current = self._current, None
+        if turn is None:
+            return self._commit_chain
+        previous = self._commit_chain
+
+        async def commit_when_ready() -> None:
+            if finals_done is not None:
+                await finals_done
+            if previous is not None:
+                await asyncio.shield(previous)
+            ended = turn.speech_ended_at or time.perf_counter()
+            self._commit(turn, Decision(reason, wait_ms=(time.perf_counter() - ended) * 1000.0))
+
+        self._commit_chain = asyncio.create_task(commit_when_ready())
+        return self._commit_chain
+
+    def _commit(self, turn: Turn, decision: Decision) -> None:
+        text = turn.text()
+        if not text:  # only noise: the client heard its empty finals; nothing to commit
+            return
+        frame = CommitFrame(seat=self._seat, turn_id=self._next_turn_id, text=text,
+                            segment_ids=list(turn.segment_ids), metadata=decision.as_metadata())
+        self._next_turn_id += 1
+        self._emit(frame)
+
+    def _cancel_waiting(self) -> None:
+        if self._waiting is not None:
+            self._waiting.cancel()
+            self._waiting = None
+
+    def close(self) -> None:
+        self._cancel_waiting()
+        if self._commit_chain is not None and not self._commit_chain.done():
+            self._commit_chain.cancel()
+        self._current = None

@@ -1,0 +1,189 @@
+"""One queue of decode jobs for the whole process, served by worker threads.
+
+Why a scheduler instead of ``run_in_executor``: a plain FIFO executor lets a segment's final
+wait behind every interim queued before it, and lets a fast talker pile up interims that are
+stale before they run.  Here:
+
+* finals run strictly before interims (a heap ordered by priority, then arrival);
+* a seat has at most one pending interim: a newer request replaces the older one, whose
+  awaiter gets ``None`` (it is stale anyway);
+* a worker takes up to ``max_batch`` queued jobs of the same priority and decodes them in one
+  engine call;
+* all jobs of a closed connection can be cancelled at once.
+
+Results are handed back to the event loop with ``call_soon_threadsafe``; nothing here blocks
+the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult
+
+log = logging.getLogger(__name__)
+
+
+class Priority(IntEnum):
+    FINAL = 0
+    INTERIM = 1
+
+
+@dataclass(frozen=True)
+class DecodeOutcome:
+    result: AsrResult
+    queue_ms: float
+    decode_ms: float
+    batch_size: int
+
+
+@dataclass(order=True)
+class _Job:
+    priority: int
+    order: int
+    request: AsrRequest = field(compare=False)
+    owner: Hashable = field(compare=False)
+    coalesce_key: Hashable | None = field(compare=False)
+    future: asyncio.Future = field(compare=False)
+    loop: asyncio.AbstractEventLoop = field(compare=False)
+    submitted: float = field(compare=False)
+    dropped: bool = field(default=False, compare=False)
+
+
+def _settle(future: asyncio.Future, value: object = None, error: BaseException | None = None) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(value)
+
+
+def _post(job: _Job, value: object = None, error: BaseException | None = None) -> None:
+    """Settle ``job``'s future from a worker thread; a loop that already closed has no awaiter."""
+    try:
+        job.loop.call_soon_threadsafe(_settle, job.future, value, error)
+    except RuntimeError:
+        pass
+
+
+class InferenceScheduler:
+    def __init__(self, engine: AsrEngine, workers: int = 1, max_batch: int = 1) -> None:
+        self.engine = engine
+        self._workers = workers
+        self._max_batch = max_batch
+        self._heap: list[_Job] = []
+        self._pending_interims: dict[Hashable, _Job] = {}
+        self._counter = itertools.count()
+        self._cond = threading.Condition()
+        self._threads: list[threading.Thread] = []
+        self._stopping = False
+
+    def start(self) -> None:
+        for index in range(self._workers):
+            thread = threading.Thread(target=self._work, name=f"asr-worker-{index}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopping = True
+            for job in self._heap:
+                job.dropped = True
+                _post(job)
+            self._heap.clear()
+            self._pending_interims.clear()
+            self._cond.notify_all()
+        for thread in self._threads:
+            thread.join(timeout=5)
+        self._threads.clear()
+
+    @property
+    def queue_depth(self) -> int:
+        with self._cond:
+            return sum(1 for job in self._heap if not job.dropped)
+
+    def submit(self, request: AsrRequest, priority: Priority, owner: Hashable,
+               coalesce_key: Hashable | None = None) -> asyncio.Future[DecodeOutcome | None]:
+        """Queue a decode; the future yields the outcome, or ``None`` if it was superseded/cancelled."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[DecodeOutcome | None] = loop.create_future()
+        job = _Job(int(priority), next(self._counter), request, owner, coalesce_key, future, loop,
+                   time.perf_counter())
+        with self._cond:
+            if self._stopping:
+                future.set_result(None)
+                return future
+            if coalesce_key is not None:
+                older = self._pending_interims.pop(coalesce_key, None)
+                if older is not None:
+                    older.dropped = True
+                    _settle(older.future, None)
+                self._pending_interims[coalesce_key] = job
+            heapq.heappush(self._heap, job)
+            self._cond.notify()
+        return future
+
+    def cancel_owner(self, owner: Hashable) -> int:
+        """Drop every queued job of ``owner`` (a closed connection); returns how many."""
+        dropped = 0
+        with self._cond:
+            for job in self._heap:
+                if job.owner == owner and not job.dropped:
+                    job.dropped = True
+                    dropped += 1
+                    if job.coalesce_key is not None:
+                        self._pending_interims.pop(job.coalesce_key, None)
+                    _post(job)
+        return dropped
+
+    def _take_batch(self) -> list[_Job] | None:
+        with self._cond:
+            while True:
+                while self._heap and self._heap[0].dropped:
+                    heapq.heappop(self._heap)
+                if self._heap or self._stopping:
+                    break
+                self._cond.wait()
+            if self._stopping:
+                return None
+            first = heapq.heappop(self._heap)
+            batch = [first]
+            while self._heap and len(batch) < self._max_batch:
+                top = self._heap[0]
+                if top.dropped:
+                    heapq.heappop(self._heap)
+                    continue
+                if top.priority != first.priority:
+                    break
+                batch.append(heapq.heappop(self._heap))
+            for job in batch:
+                if job.coalesce_key is not None and self._pending_interims.get(job.coalesce_key) is job:
+                    del self._pending_interims[job.coalesce_key]
+            return batch
+
+    def _work(self) -> None:
+        while True:
+            batch = self._take_batch()
+            if batch is None:
+                return
+            started = time.perf_counter()
+            try:
+                results = self.engine.decode_batch([job.request for job in batch])
+            except Exception as exc:  # one bad batch must not kill the worker
+                log.exception("decode failed for a batch of %d", len(batch))
+                for job in batch:
+                    _post(job, None, exc)
+                continue
+            decode_ms = (time.perf_counter() - started) * 1000.0
+            for job, result in zip(batch, results, strict=True):
+                outcome = DecodeOutcome(result, (started - job.submitted) * 1000.0, decode_ms, len(batch))
+                _post(job, outcome)

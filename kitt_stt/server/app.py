@@ -1,0 +1,118 @@
+"""The FastAPI application: the WebSocket endpoint, ``/healthz`` and ``/readyz``.
+
+The model is validated before the app is built (so a broken model fails start-up with a clear
+message); warm-up runs in a thread after start-up, and ``/readyz`` answers 503 until it is done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, WebSocket
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+from kitt_stt.asr.engine import AsrEngine
+from kitt_stt.config.schema import AppConfig
+from kitt_stt.protocol.codec import encode_server_frame
+from kitt_stt.protocol.errors import ErrorCode
+from kitt_stt.protocol.frames import ErrorFrame
+from kitt_stt.scheduler import InferenceScheduler
+from kitt_stt.server.connection import CLOSE_TRY_AGAIN_LATER, Connection
+from kitt_stt.server.state import ServiceState
+
+log = logging.getLogger(__name__)
+
+
+def create_app(config: AppConfig, engine: AsrEngine) -> FastAPI:
+    scheduler = InferenceScheduler(engine, workers=config.asr.workers, max_batch=config.asr.max_batch)
+    state = ServiceState(config=config, engine=engine, scheduler=scheduler)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        scheduler.start()
+        warm = asyncio.create_task(_warm_up(state))
+        try:
+            yield
+        finally:
+            await state.drain(config.server.shutdown_grace_s)
+            warm.cancel()
+            scheduler.stop()
+
+    app = FastAPI(title="kitt-stt", lifespan=lifespan)
+    app.state.service = state
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "alive"}
+
+    @app.get("/readyz")
+    async def readyz() -> JSONResponse:
+        body = {
+            "status": "ready" if state.ready else ("draining" if state.draining else "starting"),
+            "model": {"name": engine.info.name, "kind": engine.info.kind, "provider": engine.info.provider},
+            "warm_up_ms": round(state.warm_up_ms, 1),
+        }
+        if state.load_error:
+            body["error"] = state.load_error
+        return JSONResponse(body, status_code=200 if state.ready else 503)
+
+    @app.websocket(config.server.path)
+    async def stt(websocket: WebSocket) -> None:
+        refusal = _authorisation_failure(websocket, config.server.auth_token)
+        if refusal is not None:
+            await websocket.send_denial_response(refusal)
+            return
+        await websocket.accept()
+        reason = _cannot_accept(state)
+        if reason is not None:
+            frame = ErrorFrame(code=ErrorCode.OVERLOADED.value, message=reason, fatal=True)
+            await websocket.send_bytes(encode_server_frame(frame))
+            await websocket.close(CLOSE_TRY_AGAIN_LATER)
+            return
+        connection = Connection(websocket, state)
+        state.connections.add(connection)
+        try:
+            await connection.serve()
+        finally:
+            state.connections.discard(connection)
+
+    return app
+
+
+async def _warm_up(state: ServiceState) -> None:
+    try:
+        await asyncio.to_thread(state.warm_up)
+    except Exception as exc:
+        state.load_error = f"warm-up failed: {exc}"
+        log.exception("engine warm-up failed; the service stays unready")
+        return
+    state.ready = not state.draining
+
+
+def _cannot_accept(state: ServiceState) -> str | None:
+    if state.draining:
+        return "server is shutting down; reconnect to another instance"
+    if not state.ready:
+        return "server is still loading its model; retry shortly"
+    if len(state.connections) >= state.config.server.max_connections:
+        return f"server is at its limit of {state.config.server.max_connections} sessions"
+    return None
+
+
+def _authorisation_failure(websocket: WebSocket, token: str | None) -> PlainTextResponse | None:
+    """401 without a token, 403 with a wrong one (``Authorization: Bearer`` or ``?token=``)."""
+    if not token:
+        return None
+    offered = websocket.query_params.get("token")
+    header = websocket.headers.get("authorization", "")
+    if header.lower().startswith("bearer "):
+        offered = header[7:].strip()
+    if not offered:
+        return PlainTextResponse("unauthorized: bearer token required", status_code=401)
+    if not hmac.compare_digest(offered.encode(), token.encode()):
+        return PlainTextResponse("forbidden: invalid token", status_code=403)
+    return None

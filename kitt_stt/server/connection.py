@@ -1,0 +1,285 @@
+"""One WebSocket session: decode client frames, route them to seats, send server frames in order.
+
+Inbound frames are handled one at a time on the event loop; a bad frame yields one ``error``
+frame and the session goes on.  Outbound frames go through one queue drained by one sender
+task, so frames leave in exactly the order the pipeline emitted them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Iterable
+
+import numpy as np
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from kitt_stt.audio.vad import EndReason
+from kitt_stt.hotwords import parse_hotwords
+from kitt_stt.pipeline.eot import SilenceTimeoutPolicy
+from kitt_stt.pipeline.rate_limit import AudioRateLimiter
+from kitt_stt.pipeline.seat import SeatPipeline
+from kitt_stt.pipeline.settings import SessionSettings
+from kitt_stt.protocol.codec import decode_client_frame, encode_server_frame
+from kitt_stt.protocol.errors import ErrorCode, ProtocolError
+from kitt_stt.protocol.frames import (
+    AudioFrame,
+    ClientFrame,
+    CloseFrame,
+    ConfigureFrame,
+    ErrorFrame,
+    FinalizeFrame,
+    Limits,
+    ModelInfo,
+    PingFrame,
+    PongFrame,
+    ReadyFrame,
+    ServerFrame,
+    StartFrame,
+    VadFrame,
+)
+from kitt_stt.server.state import ServiceState
+
+log = logging.getLogger(__name__)
+
+SAMPLE_RATE = 16000
+BYTES_PER_10MS = SAMPLE_RATE // 100 * 2
+CLOSE_NORMAL = 1000
+CLOSE_TRY_AGAIN_LATER = 1013
+
+
+class Connection:
+    def __init__(self, websocket: WebSocket, state: ServiceState) -> None:
+        self.session_id = uuid.uuid4().hex
+        self._ws = websocket
+        self._state = state
+        self._config = state.config
+        asr = self._config.asr
+        self._settings = SessionSettings(
+            language=asr.language, use_itn=asr.use_itn, interim=self._config.interim.enabled,
+            hotwords=parse_hotwords(asr.hotwords),
+        )
+        self._seats: dict[str, SeatPipeline] = {}
+        self._limiters: dict[str, AudioRateLimiter] = {}
+        self._outbox: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self._sender: asyncio.Task[None] | None = None
+        self._finished = asyncio.Event()
+        self._closing = False
+        self.client_name: str | None = None
+
+    # ----- outbound ----------------------------------------------------------------------------
+
+    def send(self, frame: ServerFrame) -> None:
+        if self._finished.is_set():
+            return
+        if self._outbox.qsize() >= self._config.server.outbound_queue_frames:
+            if not self._closing:
+                log.warning("session %s: client does not read its frames; closing", self.session_id)
+                self._closing = True
+                asyncio.get_running_loop().create_task(self._abort(CLOSE_TRY_AGAIN_LATER))
+            return
+        self._outbox.put_nowait(encode_server_frame(frame))
+
+    async def _send_loop(self) -> None:
+        try:
+            while (payload := await self._outbox.get()) is not None:
+                await self._ws.send_bytes(payload)
+        except (WebSocketDisconnect, RuntimeError, OSError):
+            self._closing = True  # the peer is gone; the receive loop will notice
+
+    def _error(self, error: ProtocolError) -> None:
+        self.send(ErrorFrame(code=error.code.value, message=error.message, fatal=error.fatal, seat=error.seat))
+
+    # ----- session -----------------------------------------------------------------------------
+
+    async def serve(self) -> None:
+        self._sender = asyncio.create_task(self._send_loop())
+        self.send(self._ready_frame())
+        try:
+            await self._receive_loop()
+        finally:
+            await self._release()
+
+    def _ready_frame(self) -> ReadyFrame:
+        info = self._state.engine.info
+        server = self._config.server
+        return ReadyFrame(
+            session_id=self.session_id,
+            model=ModelInfo(name=info.name, kind=info.kind, provider=info.provider),
+            limits=Limits(
+                sample_rate=SAMPLE_RATE, frame_ms=20, max_frame_ms=server.max_frame_ms,
+                max_seats=server.max_seats, max_segment_ms=self._config.vad.max_segment_ms,
+                realtime_factor=server.rate_limit.realtime_factor, burst_ms=server.rate_limit.burst_ms,
+            ),
+        )
+
+    async def _receive_loop(self) -> None:
+        while not self._closing:
+            try:
+                message = await self._ws.receive()
+            except (WebSocketDisconnect, RuntimeError):
+                return
+            if message["type"] == "websocket.disconnect":
+                return
+            payload = message.get("bytes")
+            if payload is None:
+                self._error(ProtocolError(ErrorCode.BAD_FRAME,
+                                          "text messages are not accepted: send one binary msgpack map per message"))
+                continue
+            try:
+                frame = decode_client_frame(payload)
+                if isinstance(frame, CloseFrame):
+                    await self._finish(EndReason.STOP)
+                    return
+                self._dispatch(frame)
+            except ProtocolError as error:
+                self._error(error)
+            except Exception:
+                log.exception("session %s: frame handling failed", self.session_id)
+                self._error(ProtocolError(ErrorCode.INTERNAL, "internal error while handling the frame"))
+
+    async def shutdown(self) -> None:
+        """Server is stopping: flush every seat (reason ``stop``) and close with 1000."""
+        await self._finish(EndReason.STOP)
+
+    async def _finish(self, reason: EndReason) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        await self._flush_seats(self._seats.values(), reason)
+        await self._close_socket(CLOSE_NORMAL)
+
+    async def _abort(self, code: int) -> None:
+        await self._close_socket(code)
+
+    async def _close_socket(self, code: int) -> None:
+        if self._finished.is_set():
+            return
+        self._finished.set()
+        self._outbox.put_nowait(None)
+        if self._sender is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._sender), timeout=5)
+            except asyncio.TimeoutError:
+                self._sender.cancel()
+        try:
+            await self._ws.close(code)
+        except (RuntimeError, OSError):
+            pass
+
+    async def _flush_seats(self, seats: Iterable[SeatPipeline], reason: EndReason) -> None:
+        tasks = [task for seat in list(seats) if (task := seat.flush(reason)) is not None]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _release(self) -> None:
+        """Whatever ended the session: cancel its decodes and free every buffer it held."""
+        self._closing = True
+        self._state.scheduler.cancel_owner(self)
+        for seat in self._seats.values():
+            seat.close()
+        self._seats.clear()
+        self._limiters.clear()
+        if not self._finished.is_set():
+            self._finished.set()
+            self._outbox.put_nowait(None)
+        if self._sender is not None and not self._sender.done():
+            self._sender.cancel()
+
+    @property
+    def buffered_bytes(self) -> int:
+        return sum(seat.buffered_bytes for seat in self._seats.values())
+
+    # ----- frames ------------------------------------------------------------------------------
+
+    def _dispatch(self, frame: ClientFrame) -> None:
+        if isinstance(frame, AudioFrame):
+            self._on_audio(frame)
+        elif isinstance(frame, VadFrame):
+            self._seat(frame.seat).client_vad(frame.event)
+        elif isinstance(frame, FinalizeFrame):
+            self._on_finalize(frame)
+        elif isinstance(frame, StartFrame):
+            self._on_start(frame)
+        elif isinstance(frame, ConfigureFrame):
+            self._settings = self._updated_settings(frame.language, frame.interim, frame.hotwords)
+        elif isinstance(frame, PingFrame):
+            self.send(PongFrame(id=frame.id))
+
+    def _on_start(self, frame: StartFrame) -> None:
+        self._settings = self._updated_settings(frame.language, frame.interim, frame.hotwords)
+        self.client_name = frame.client
+        for seat in frame.seats or []:
+            self._seat(seat)
+
+    def _updated_settings(self, language: str | None, interim: bool | None,
+                          hotwords: list[str] | None) -> SessionSettings:
+        languages = self._state.engine.info.languages
+        if language is not None and language not in languages:
+            raise ProtocolError(ErrorCode.BAD_FIELD,
+                                f"language {language!r} is not supported by this model; use one of {', '.join(languages)}")
+        parsed = None
+        if hotwords is not None:
+            try:
+                parsed = parse_hotwords(hotwords)
+            except ValueError as exc:
+                raise ProtocolError(ErrorCode.BAD_FIELD, f"hotwords: {exc}") from None
+        return self._settings.updated(language=language, interim=interim, hotwords=parsed)
+
+    def _on_finalize(self, frame: FinalizeFrame) -> None:
+        if frame.seat is None:
+            seats = list(self._seats.values())
+        else:
+            seats = [self._seats[frame.seat]] if frame.seat in self._seats else []
+        for seat in seats:
+            seat.flush(EndReason.FINALIZE)
+
+    def _on_audio(self, frame: AudioFrame) -> None:
+        if frame.sample_rate is not None and frame.sample_rate != SAMPLE_RATE:
+            raise ProtocolError(ErrorCode.BAD_AUDIO,
+                                f"sample_rate {frame.sample_rate} is not supported; send 16000 Hz mono int16",
+                                frame.seat)
+        size = len(frame.pcm)
+        if size % BYTES_PER_10MS:
+            raise ProtocolError(ErrorCode.BAD_AUDIO,
+                                f"pcm is {size} bytes, not a whole number of 10 ms blocks "
+                                f"({BYTES_PER_10MS} bytes of 16 kHz int16)", frame.seat)
+        max_ms = self._config.server.max_frame_ms
+        if size > max_ms * BYTES_PER_10MS // 10:
+            raise ProtocolError(ErrorCode.BAD_AUDIO, f"pcm is {size // 32} ms; at most {max_ms} ms per frame",
+                                frame.seat)
+        seat = self._seat(frame.seat)
+        if frame.seq is not None:
+            if seat.last_seq is not None and frame.seq <= seat.last_seq:
+                raise ProtocolError(ErrorCode.BAD_FIELD,
+                                    f"seq {frame.seq} is not greater than the previous {seat.last_seq}; "
+                                    "frame dropped as a duplicate", frame.seat)
+            seat.last_seq = frame.seq
+        if size == 0:
+            return
+        limiter = self._limiters[frame.seat]
+        if not limiter.allow(size / 32.0):
+            if limiter.should_complain():
+                self._error(ProtocolError(ErrorCode.RATE_LIMITED,
+                                          "audio is arriving faster than the allowed rate; frames are being dropped",
+                                          frame.seat))
+            return
+        seat.push_audio(np.frombuffer(frame.pcm, dtype="<i2"))
+
+    def _seat(self, name: str) -> SeatPipeline:
+        seat = self._seats.get(name)
+        if seat is not None:
+            return seat
+        limit = self._config.server.max_seats
+        if len(self._seats) >= limit:
+            raise ProtocolError(ErrorCode.TOO_MANY_SEATS,
+                                f"this connection already has {limit} seats; seat {name!r} refused", name)
+        seat = SeatPipeline(
+            seat=name, config=self._config, settings=lambda: self._settings,
+            scheduler=self._state.scheduler, policy=SilenceTimeoutPolicy(self._config.turn.wait_ms),
+            emit=self.send, owner=self,
+        )
+        self._seats[name] = seat
+        self._limiters[name] = AudioRateLimiter(self._config.server.rate_limit)
+        return seat

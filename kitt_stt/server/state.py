@@ -1,0 +1,52 @@
+"""Process-wide service state: config, engine, scheduler, live connections, readiness."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from kitt_stt.asr.engine import AsrEngine
+from kitt_stt.config.schema import AppConfig
+from kitt_stt.scheduler import InferenceScheduler
+
+if TYPE_CHECKING:
+    from kitt_stt.server.connection import Connection
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ServiceState:
+    config: AppConfig
+    engine: AsrEngine
+    scheduler: InferenceScheduler
+    connections: set[Connection] = field(default_factory=set)
+    ready: bool = False
+    draining: bool = False
+    load_error: str | None = None
+    warm_up_ms: float = 0.0
+
+    def warm_up(self) -> None:
+        """Blocking: one decode so that the first client does not pay for lazy initialisation."""
+        started = time.perf_counter()
+        self.engine.warm_up()
+        self.warm_up_ms = (time.perf_counter() - started) * 1000.0
+        log.info("engine %s warmed up in %.0f ms", self.engine.info.name, self.warm_up_ms)
+
+    async def drain(self, timeout_s: float) -> None:
+        """Refuse new sessions, flush every open one (finals + commits, reason ``stop``), close them."""
+        self.draining = True
+        self.ready = False
+        sessions = list(self.connections)
+        if not sessions:
+            return
+        log.info("draining %d session(s)", len(sessions))
+        tasks = [asyncio.create_task(session.shutdown()) for session in sessions]
+        done, pending = await asyncio.wait(tasks, timeout=timeout_s)
+        for task in pending:
+            task.cancel()
+        if pending:
+            log.warning("%d session(s) did not flush within %.1f s", len(pending), timeout_s)

@@ -1,0 +1,29 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kitt_stt.models.registry import REGISTRY, build_into
+from tests.helpers import RunningServer, run_server
+
+
+@pytest.fixture(scope="session")
+def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A model cache with the tone model built once for the whole run."""
+    cache = tmp_path_factory.mktemp("models")
+    build_into(REGISTRY["tone"], cache / "tone")
+    return cache
+
+
+@pytest.fixture(scope="session")
+def tone_dir(model_cache: Path) -> Path:
+    return model_cache / "tone"
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory, model_cache: Path) -> Iterator[RunningServer]:
+    """One real server (uvicorn subprocess) on the tone model, shared by the end-to-end tests."""
+    with run_server(tmp_path_factory.mktemp("server"), model_cache) as running:
+        yield running

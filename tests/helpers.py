@@ -1,0 +1,152 @@
+"""Shared test helpers: tone speech as PCM, running a real server, collecting frames."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import yaml
+
+from kitt_stt.client.session import SttSession
+from kitt_stt.models.tone_synth import ToneStyle, synthesize
+
+FRAME_BYTES = 640  # 20 ms of 16 kHz int16
+
+
+def tone_pcm(text: str, lead_ms: float = 300.0, tail_ms: float = 800.0, **style: Any) -> bytes:
+    audio = synthesize(text, ToneStyle(lead_ms=lead_ms, tail_ms=tail_ms, **style))
+    samples = (np.clip(audio, -1.0, 1.0) * 32767.0).astype("<i2")
+    pad = (-samples.shape[0]) % (FRAME_BYTES // 2)
+    return np.concatenate([samples, np.zeros(pad, dtype="<i2")]).tobytes()
+
+
+def frames_of(pcm: bytes, frame_bytes: int = FRAME_BYTES) -> list[bytes]:
+    return [pcm[i : i + frame_bytes] for i in range(0, len(pcm), frame_bytes)]
+
+
+def silence(ms: int) -> bytes:
+    return bytes(32 * ms)
+
+
+async def send_pcm(session: SttSession, pcm: bytes, seat: str = "default", realtime_factor: float | None = None) -> None:
+    started = time.monotonic()
+    for index, frame in enumerate(frames_of(pcm)):
+        if realtime_factor:
+            delay = started + index * 0.02 / realtime_factor - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+        await session.send_audio(frame, seat=seat)
+
+
+async def collect_until(session: SttSession, predicate, timeout: float = 20.0) -> list[dict[str, Any]]:
+    """Receive frames until ``predicate(frames)`` holds; fail on timeout with what arrived."""
+    frames: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    while not predicate(frames):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise AssertionError(f"timed out; frames so far: {frames}")
+        frames.append(await asyncio.wait_for(session.receive(), remaining))
+    return frames
+
+
+def commits(frames: list[dict[str, Any]], seat: str | None = None) -> list[dict[str, Any]]:
+    return [f for f in frames if f["type"] == "commit" and (seat is None or f["seat"] == seat)]
+
+
+def of_type(frames: list[dict[str, Any]], kind: str, seat: str | None = None) -> list[dict[str, Any]]:
+    return [f for f in frames if f["type"] == kind and (seat is None or f.get("seat") == seat)]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+TEST_CONFIG: dict[str, Any] = {
+    "server": {"host": "127.0.0.1", "rate_limit": {"realtime_factor": 200.0, "burst_ms": 600_000},
+               "shutdown_grace_s": 5},
+    "vad": {"silence_ms": 300},
+    "interim": {"start_ms": 200, "min_interval_ms": 200},
+    "turn": {"wait_ms": 300},
+}
+
+
+def deep_merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in overlay.items():
+        merged[key] = deep_merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+    return merged
+
+
+@dataclass
+class RunningServer:
+    process: subprocess.Popen
+    port: int
+    log_path: Path
+    path: str = "/stt/sensevoice"
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}{self.path}"
+
+    @property
+    def http(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def terminate(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=20)
+
+
+@contextmanager
+def run_server(tmp_path: Path, cache_dir: Path, overrides: dict[str, Any] | None = None) -> Iterator[RunningServer]:
+    """Start ``kitt-stt serve`` as a real process on a free port; wait until /readyz says ready."""
+    config = deep_merge(TEST_CONFIG, {"models": {"cache_dir": str(cache_dir)}})
+    config = deep_merge(config, overrides or {})
+    port = free_port()
+    config_path = tmp_path / f"server-{port}.yaml"
+    config_path.write_text(yaml.safe_dump(config))
+    log_path = tmp_path / f"server-{port}.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KITT_STT")}
+    with log_path.open("wb") as log_file:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "kitt_stt", "serve", "--config", str(config_path), "--port", str(port)],
+            stdout=log_file, stderr=subprocess.STDOUT, env=env,
+        )
+    server = RunningServer(process, port, log_path, config.get("server", {}).get("path", "/stt/sensevoice"))
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"server exited with {process.returncode}:\n{server.log()}")
+            try:
+                if httpx.get(f"{server.http}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"server not ready in time:\n{server.log()}")
+            time.sleep(0.1)
+        yield server
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
