@@ -40,7 +40,8 @@ def silence(ms: int) -> bytes:
     return bytes(32 * ms)
 
 
-async def send_pcm(session: SttSession, pcm: bytes, seat: str = "default", realtime_factor: float | None = None) -> None:
+async def send_pcm(session: SttSession, pcm: bytes, seat: str = "default",
+                   realtime_factor: float | None = None) -> None:
     started = time.monotonic()
     for index, frame in enumerate(frames_of(pcm)):
         if realtime_factor:
@@ -88,7 +89,8 @@ TEST_CONFIG: dict[str, Any] = {
 def deep_merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
     merged = dict(base)
     for key, value in overlay.items():
-        merged[key] = deep_merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+        nested = isinstance(value, dict) and isinstance(merged.get(key), dict)
+        merged[key] = deep_merge(merged[key], value) if nested else value
     return merged
 
 

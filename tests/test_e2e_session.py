@@ -9,9 +9,9 @@ import pytest
 from kitt_stt.client.session import connect
 from tests.helpers import (
     collect_until,
-    run_server,
     commits,
     of_type,
+    run_server,
     send_pcm,
     silence,
     tone_pcm,

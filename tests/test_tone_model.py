@@ -46,7 +46,8 @@ def random_utterance(rng: np.random.Generator, hardest: bool) -> tuple[str, np.n
     pieces.append(np.zeros(int(rng.integers(0, 8000)), np.float32))
     audio = np.concatenate(pieces)
     if rng.random() < 0.7:
-        audio = add_white_noise(audio, rng.uniform(10, 11) if hardest else rng.uniform(10, 40), int(rng.integers(1 << 30)))
+        snr_db = rng.uniform(10, 11) if hardest else rng.uniform(10, 40)
+        audio = add_white_noise(audio, snr_db, int(rng.integers(1 << 30)))
     return text, audio
 
 

@@ -65,10 +65,11 @@ class VadSegmenter:
     def __init__(self, config: VadConfig) -> None:
         self._vad = webrtcvad.Vad(config.aggressiveness)
         self._start_frames = max(1, config.start_ms // FRAME_MS)
-        self._window = deque[bool](maxlen=max(self._start_frames, config.start_window_ms // FRAME_MS))
+        window_frames = max(self._start_frames, config.start_window_ms // FRAME_MS)
+        self._window = deque[bool](maxlen=window_frames)
         self._silence_frames = max(1, config.silence_ms // FRAME_MS)
         self._max_frames = max(1, config.max_segment_ms // FRAME_MS)
-        self._preroll = deque[np.ndarray](maxlen=max(1, config.preroll_ms // FRAME_MS) + self._window.maxlen)
+        self._preroll = deque[np.ndarray](maxlen=max(1, config.preroll_ms // FRAME_MS) + window_frames)
         self.state = VadState.SILENCE
         self.client_held = False
         self._frames_seen = 0

@@ -118,10 +118,7 @@ def _describe(error: ValidationError, origins: Mapping[str, str]) -> str:
     for item in error.errors():
         dotted = ".".join(str(part) for part in item["loc"])
         origin = _origin_of(dotted, origins)
-        if item["type"] == "extra_forbidden":
-            message = "unknown key"
-        else:
-            message = item["msg"]
+        message = "unknown key" if item["type"] == "extra_forbidden" else item["msg"]
         lines.append(f"  {origin}: {dotted}: {message}")
     return "invalid configuration:\n" + "\n".join(lines)
 

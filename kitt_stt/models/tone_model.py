@@ -92,6 +92,40 @@ def _lookup_table(mapping: dict[int, int], default: int) -> np.ndarray:
     return table
 
 
+def _run_average(nodes: list[onnx.NodeProto], inits: list[onnx.TensorProto]) -> tuple[str, str]:
+    """Append nodes summing the spectrum over the voiced run that starts at each sub-frame.
+
+    Unrolled look-ahead over ``RUN_LENGTH`` sub-frames: the run mask is the running product of
+    "voiced" flags, so the sum stops at the first unvoiced sub-frame.  Returns the names of the
+    (numerator, denominator) tensors.
+    """
+    n = helper.make_node
+    run_mask = "ones_like"
+    sums: list[tuple[str, str]] = []
+    for step in range(RUN_LENGTH):
+        inits += [
+            _const(f"run_start_{step}", [step], np.int64),
+            _const(f"run_end_{step}", [step - RUN_LENGTH], np.int64),
+        ]
+        nodes += [
+            n("Slice", ["voiced_ahead", f"run_start_{step}", f"run_end_{step}", "axis1"], [f"v_{step}"]),
+            n("Slice", ["spec_ahead", f"run_start_{step}", f"run_end_{step}", "axis1"], [f"s_{step}"]),
+            n("Mul", [run_mask, f"v_{step}"], [f"m_{step}"]),
+            n("Unsqueeze", [f"m_{step}", "axis2"], [f"m3_{step}"]),
+            n("Mul", [f"m3_{step}", f"s_{step}"], [f"ms_{step}"]),
+        ]
+        run_mask = f"m_{step}"
+        sums.append((f"ms_{step}", f"m_{step}"))
+    numerator, denominator = sums[0]
+    for step, (spectrum, mask) in enumerate(sums[1:], start=1):
+        nodes += [
+            n("Add", [numerator, spectrum], [f"num_{step}"]),
+            n("Add", [denominator, mask], [f"den_{step}"]),
+        ]
+        numerator, denominator = f"num_{step}", f"den_{step}"
+    return numerator, denominator
+
+
 def build_graph() -> onnx.ModelProto:
     """The tone model as an ONNX graph (see the module docstring for what it computes)."""
     detrend = _detrend_matrix()
@@ -197,26 +231,7 @@ def build_graph() -> onnx.ModelProto:
         n("Pad", ["voiced", "pad_run"], ["voiced_ahead"]),
         n("Pad", ["spec", "pad_run3"], ["spec_ahead"]),
     ]
-    # Average spectrum over the voiced run that starts at each sub-frame (unrolled look-ahead).
-    run_mask, numerator, denominator = "ones_like", None, None
-    for step in range(RUN_LENGTH):
-        inits += [_const(f"run_start_{step}", [step], np.int64), _const(f"run_end_{step}", [step - RUN_LENGTH], np.int64)]
-        nodes += [
-            n("Slice", ["voiced_ahead", f"run_start_{step}", f"run_end_{step}", "axis1"], [f"v_{step}"]),
-            n("Slice", ["spec_ahead", f"run_start_{step}", f"run_end_{step}", "axis1"], [f"s_{step}"]),
-            n("Mul", [run_mask, f"v_{step}"], [f"m_{step}"]),
-            n("Unsqueeze", [f"m_{step}", "axis2"], [f"m3_{step}"]),
-            n("Mul", [f"m3_{step}", f"s_{step}"], [f"ms_{step}"]),
-        ]
-        run_mask = f"m_{step}"
-        if numerator is None:
-            numerator, denominator = f"ms_{step}", f"m_{step}"
-        else:
-            nodes += [
-                n("Add", [numerator, f"ms_{step}"], [f"num_{step}"]),
-                n("Add", [denominator, f"m_{step}"], [f"den_{step}"]),
-            ]
-            numerator, denominator = f"num_{step}", f"den_{step}"
+    numerator, denominator = _run_average(nodes, inits)
     nodes += [
         n("Max", [denominator, "one_f"], ["den_safe"]),
         n("Unsqueeze", ["den_safe", "axis2"], ["den3"]),

@@ -40,7 +40,7 @@ def buzz(f0: float, duration_ms: float, peak: float = 0.5) -> np.ndarray:
     Harmonics stop at 7.8 kHz (below Nyquist) and 10 ms raised-cosine fades avoid clicks,
     which webrtcvad and the fbank would otherwise see as broadband energy.
     """
-    n = int(round(duration_ms * SAMPLE_RATE / 1000.0))
+    n = round(duration_ms * SAMPLE_RATE / 1000.0)
     t = np.arange(n, dtype=np.float64) / SAMPLE_RATE
     wave = np.zeros(n, dtype=np.float64)
     harmonic = 1
@@ -78,8 +78,8 @@ def synthesize(text: str, style: ToneStyle | None = None) -> np.ndarray:
     loudly instead of producing silence.
     """
     style = style or ToneStyle()
-    gap = np.zeros(int(round(style.gap_ms * SAMPLE_RATE / 1000.0)), dtype=np.float32)
-    pieces = [np.zeros(int(round(style.lead_ms * SAMPLE_RATE / 1000.0)), dtype=np.float32)]
+    gap = np.zeros(round(style.gap_ms * SAMPLE_RATE / 1000.0), dtype=np.float32)
+    pieces = [np.zeros(round(style.lead_ms * SAMPLE_RATE / 1000.0), dtype=np.float32)]
     tokens = [ch for ch in text if not ch.isspace()]
     for index, token in enumerate(tokens):
         if token not in TONE_PITCHES:
@@ -87,7 +87,7 @@ def synthesize(text: str, style: ToneStyle | None = None) -> np.ndarray:
         if index:
             pieces.append(gap)
         pieces.append(buzz(TONE_PITCHES[token], style.burst_ms, style.peak))
-    pieces.append(np.zeros(int(round(style.tail_ms * SAMPLE_RATE / 1000.0)), dtype=np.float32))
+    pieces.append(np.zeros(round(style.tail_ms * SAMPLE_RATE / 1000.0), dtype=np.float32))
     audio = np.concatenate(pieces)
     if style.snr_db is not None:
         audio = add_white_noise(audio, style.snr_db, style.seed)

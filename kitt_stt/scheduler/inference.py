@@ -18,6 +18,7 @@ the loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import itertools
 import logging
@@ -69,10 +70,8 @@ def _settle(future: asyncio.Future, value: object = None, error: BaseException |
 
 def _post(job: _Job, value: object = None, error: BaseException | None = None) -> None:
     """Settle ``job``'s future from a worker thread; a loop that already closed has no awaiter."""
-    try:
+    with contextlib.suppress(RuntimeError):
         job.loop.call_soon_threadsafe(_settle, job.future, value, error)
-    except RuntimeError:
-        pass
 
 
 class InferenceScheduler:

@@ -8,6 +8,7 @@ task, so frames leave in exactly the order the pipeline emitted them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections.abc import Iterable
@@ -163,10 +164,8 @@ class Connection:
                 await asyncio.wait_for(asyncio.shield(self._sender), timeout=5)
             except asyncio.TimeoutError:
                 self._sender.cancel()
-        try:
+        with contextlib.suppress(RuntimeError, OSError):
             await self._ws.close(code)
-        except (RuntimeError, OSError):
-            pass
 
     async def _flush_seats(self, seats: Iterable[SeatPipeline], reason: EndReason) -> None:
         tasks = [task for seat in list(seats) if (task := seat.flush(reason)) is not None]
@@ -218,7 +217,8 @@ class Connection:
         languages = self._state.engine.info.languages
         if language is not None and language not in languages:
             raise ProtocolError(ErrorCode.BAD_FIELD,
-                                f"language {language!r} is not supported by this model; use one of {', '.join(languages)}")
+                                f"language {language!r} is not supported by this model; "
+                                f"use one of {', '.join(languages)}")
         parsed = None
         if hotwords is not None:
             try:

@@ -45,7 +45,7 @@ class ServiceState:
             return
         log.info("draining %d session(s)", len(sessions))
         tasks = [asyncio.create_task(session.shutdown()) for session in sessions]
-        done, pending = await asyncio.wait(tasks, timeout=timeout_s)
+        _, pending = await asyncio.wait(tasks, timeout=timeout_s)
         for task in pending:
             task.cancel()
         if pending:

@@ -1,0 +1,136 @@
+"""Scheduler behaviour with a fake engine whose decode time we control."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult, EngineInfo
+from kitt_stt.scheduler import InferenceScheduler, Priority
+
+pytestmark = pytest.mark.asyncio
+
+
+class GatedEngine(AsrEngine):
+    """Records the order of decodes; each batch waits until the test opens the gate."""
+
+    def __init__(self) -> None:
+        self.info = EngineInfo(name="fake", kind="fake", provider="cpu")
+        self.batches: list[list[str]] = []
+        self.gate = threading.Event()
+        self.entered = threading.Event()
+
+    def decode_batch(self, requests: Sequence[AsrRequest]) -> list[AsrResult]:
+        self.entered.set()
+        self.gate.wait(timeout=10)
+        labels = [request.options.language for request in requests]
+        self.batches.append(labels)
+        return [AsrResult(text=label) for label in labels]
+
+
+def request(label: str) -> AsrRequest:
+    from kitt_stt.asr.engine import DecodeOptions
+
+    return AsrRequest(np.zeros(160, np.int16), DecodeOptions(language=label))
+
+
+async def block_worker(scheduler: InferenceScheduler, engine: GatedEngine) -> asyncio.Future:
+    """Occupy the single worker so later submissions queue up."""
+    blocker = scheduler.submit(request("blocker"), Priority.INTERIM, owner="x")
+    await asyncio.to_thread(engine.entered.wait, 5)
+    return blocker
+
+
+async def test_final_behind_fifty_interims_runs_next() -> None:
+    engine = GatedEngine()
+    scheduler = InferenceScheduler(engine, workers=1, max_batch=1)
+    scheduler.start()
+    try:
+        blocker = await block_worker(scheduler, engine)
+        interims = [scheduler.submit(request(f"i{n}"), Priority.INTERIM, owner="c", coalesce_key=("c", n))
+                    for n in range(50)]
+        final = scheduler.submit(request("final"), Priority.FINAL, owner="c")
+        engine.gate.set()
+        await asyncio.gather(blocker, final, *interims)
+        assert engine.batches[0] == ["blocker"]
+        assert engine.batches[1] == ["final"]
+        assert len(engine.batches) == 52
+    finally:
+        scheduler.stop()
+
+
+async def test_newer_interim_of_a_seat_replaces_the_pending_one() -> None:
+    engine = GatedEngine()
+    scheduler = InferenceScheduler(engine, workers=1, max_batch=1)
+    scheduler.start()
+    try:
+        blocker = await block_worker(scheduler, engine)
+        old = scheduler.submit(request("old"), Priority.INTERIM, owner="c", coalesce_key=("c", "driver"))
+        other_seat = scheduler.submit(request("other"), Priority.INTERIM, owner="c", coalesce_key=("c", "rear"))
+        new = scheduler.submit(request("new"), Priority.INTERIM, owner="c", coalesce_key=("c", "driver"))
+        assert await old is None  # superseded without running
+        engine.gate.set()
+        await asyncio.gather(blocker, other_seat, new)
+        assert (await new).result.text == "new"
+        assert ["old"] not in engine.batches
+        assert sorted(b[0] for b in engine.batches[1:]) == ["new", "other"]
+    finally:
+        scheduler.stop()
+
+
+async def test_batches_same_priority_only() -> None:
+    engine = GatedEngine()
+    scheduler = InferenceScheduler(engine, workers=1, max_batch=4)
+    scheduler.start()
+    try:
+        blocker = await block_worker(scheduler, engine)
+        finals = [scheduler.submit(request(f"f{n}"), Priority.FINAL, owner="c") for n in range(6)]
+        interim = scheduler.submit(request("i"), Priority.INTERIM, owner="c", coalesce_key="k")
+        engine.gate.set()
+        outcomes = await asyncio.gather(*finals, interim, blocker)
+        assert engine.batches[1:] == [["f0", "f1", "f2", "f3"], ["f4", "f5"], ["i"]]
+        assert outcomes[0].batch_size == 4 and outcomes[0].queue_ms >= 0
+    finally:
+        scheduler.stop()
+
+
+async def test_cancel_owner_drops_only_that_connections_jobs() -> None:
+    engine = GatedEngine()
+    scheduler = InferenceScheduler(engine, workers=1, max_batch=1)
+    scheduler.start()
+    try:
+        blocker = await block_worker(scheduler, engine)
+        gone = [scheduler.submit(request("gone"), Priority.FINAL, owner="closed") for _ in range(3)]
+        kept = scheduler.submit(request("kept"), Priority.FINAL, owner="open")
+        assert scheduler.cancel_owner("closed") == 3
+        assert scheduler.queue_depth == 1
+        engine.gate.set()
+        assert await asyncio.gather(*gone) == [None, None, None]
+        assert (await kept).result.text == "kept"
+        await blocker
+        assert ["gone"] not in engine.batches
+    finally:
+        scheduler.stop()
+
+
+async def test_engine_failure_reaches_the_awaiter_and_worker_survives() -> None:
+    class Flaky(GatedEngine):
+        def decode_batch(self, requests):
+            if requests[0].options.language == "boom":
+                raise RuntimeError("engine exploded")
+            return super().decode_batch(requests)
+
+    engine = Flaky()
+    engine.gate.set()
+    scheduler = InferenceScheduler(engine, workers=1)
+    scheduler.start()
+    try:
+        with pytest.raises(RuntimeError, match="exploded"):
+            await scheduler.submit(request("boom"), Priority.FINAL, owner="c")
+        assert (await scheduler.submit(request("fine"), Priority.FINAL, owner="c")).result.text == "fine"
+    finally:
+        scheduler.stop()

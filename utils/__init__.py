@@ -1,0 +1,1 @@
+"""Developer utilities (benchmarks and probes live in ``utils/performance``)."""
