@@ -68,6 +68,19 @@ def cmd_models_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_models_prepare(args: argparse.Namespace) -> int:
+    from kitt_stt.asr.sense_voice_model import ModelError
+    from kitt_stt.models.registry import resolve_model
+
+    try:
+        config = load_config(args.config).config
+        resolved = resolve_model(config.asr.model, config.models.cache_dir)
+    except (ConfigError, ModelError) as exc:
+        return _fail(str(exc))
+    print(f"{resolved.name} ({resolved.kind}): {resolved.directory}")
+    return 0
+
+
 def cmd_synth(args: argparse.Namespace) -> int:
     from kitt_stt.audio.wavfile import write_wav_16k_mono
     from kitt_stt.models.tone_synth import ToneStyle, synthesize
@@ -135,6 +148,10 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--tail-ms", type=float, default=1000.0)
     synth.add_argument("--snr-db", type=float, default=None, help="add white noise at this SNR")
     synth.set_defaults(handler=cmd_synth)
+
+    prepare = model_commands.add_parser("prepare", help="build or fetch the configured asr.model into the cache")
+    prepare.add_argument("--config")
+    prepare.set_defaults(handler=cmd_models_prepare)
 
     transcribe = commands.add_parser("transcribe", help="stream a WAV file and print the results")
     transcribe.add_argument("file")

@@ -83,3 +83,12 @@ def test_transcribe_reports_unreachable_server(tmp_path: Path) -> None:
     kitt("synth", "AB", str(wav))
     result = kitt("transcribe", str(wav), "--url", "ws://127.0.0.1:9/stt/sensevoice")
     assert result.returncode == 2 and "cannot stream" in result.stderr
+
+
+def test_models_prepare_builds_the_configured_model_into_the_cache(tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text(f"models:\n  cache_dir: {tmp_path / 'cache'}\n")
+    result = kitt("models", "prepare", "--config", str(config))
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "cache" / "tone" / "model.onnx").is_file()
+    assert (tmp_path / "cache" / "tone" / ".complete").is_file()

@@ -1,0 +1,28 @@
+# kitt-stt service image (x86-64). CPU by default; for the RTX 4090 deployment build with
+#   docker build --build-arg BASE=nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04 --build-arg EXTRAS=gpu .
+# (the GPU base must provide python3/pip; see docs/deployment.md).
+ARG BASE=python:3.11-slim
+FROM ${BASE}
+
+ARG EXTRAS=""
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    KITT_STT__SERVER__HOST=0.0.0.0 \
+    KITT_STT__MODELS__CACHE_DIR=/var/cache/kitt-stt/models
+
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY kitt_stt ./kitt_stt
+RUN python3 -m pip install --no-cache-dir ".${EXTRAS:+[$EXTRAS]}" \
+ && useradd --system --uid 10001 kitt \
+ && mkdir -p /var/cache/kitt-stt/models && chown -R kitt /var/cache/kitt-stt
+COPY config.yaml config-k8s.yaml config-k3s-orin.yaml ./
+
+USER kitt
+# Build the embedded default model into the image so a pod starts without writing it.
+RUN kitt-stt models prepare --config /app/config.yaml
+
+EXPOSE 8000
+HEALTHCHECK --interval=10s --timeout=2s CMD python3 -c "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8000/readyz').status==200 else 1)"
+STOPSIGNAL SIGTERM
+CMD ["kitt-stt", "serve", "--config", "/app/config.yaml"]
