@@ -26,6 +26,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from kitt_stt.logs import configure_logging
     from kitt_stt.server.app import create_app
     from kitt_stt.server.runner import run
+    from kitt_stt.turnsense.model import TurnModelError
+    from kitt_stt.turnsense.runner import build_turn_model
 
     try:
         config = load_config(args.config).config
@@ -36,9 +38,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         engine = build_engine(config)
     except (ModelError, ValueError) as exc:
         return _fail(f"cannot load the ASR model: {exc}")
+    try:
+        turn_model = build_turn_model(config)
+    except (ModelError, TurnModelError) as exc:
+        return _fail(f"cannot load the end-of-turn model: {exc}")
     host = args.host or config.server.host
     port = config.server.port if args.port is None else args.port
-    run(create_app(config, engine), host, port, config.server.max_message_bytes, config.logging.level)
+    run(create_app(config, engine, turn_model), host, port, config.server.max_message_bytes, config.logging.level)
     return 0
 
 
@@ -74,10 +80,43 @@ def cmd_models_prepare(args: argparse.Namespace) -> int:
 
     try:
         config = load_config(args.config).config
-        resolved = resolve_model(config.asr.model, config.models.cache_dir)
+        resolved = [resolve_model(config.asr.model, config.models.cache_dir)]
+        if config.turn.model:
+            resolved.append(resolve_model(config.turn.model, config.models.cache_dir, setting="turn.model",
+                                          directory_kind="turnsense"))
+    except (ConfigError, ModelError) as exc:
+        return _fail(str(exc))
+    for model in resolved:
+        print(f"{model.name} ({model.kind}): {model.directory}")
+    return 0
+
+
+def cmd_models_pull(args: argparse.Namespace) -> int:
+    from kitt_stt.asr.sense_voice_model import ModelError
+    from kitt_stt.models.registry import REGISTRY, resolve_model
+
+    if args.name not in REGISTRY:
+        return _fail(f"unknown model {args.name!r}; registry models: {', '.join(sorted(REGISTRY))}")
+    try:
+        config = load_config(args.config).config
+        resolved = resolve_model(args.name, config.models.cache_dir, setting="models pull")
     except (ConfigError, ModelError) as exc:
         return _fail(str(exc))
     print(f"{resolved.name} ({resolved.kind}): {resolved.directory}")
+    return 0
+
+
+def cmd_models_list(args: argparse.Namespace) -> int:
+    from kitt_stt.models.registry import COMPLETE_MARKER, REGISTRY, default_cache_dir
+
+    try:
+        config = load_config(args.config).config
+    except ConfigError as exc:
+        return _fail(str(exc))
+    cache = config.models.cache_dir or default_cache_dir()
+    for entry in REGISTRY.values():
+        installed = "installed" if (cache / entry.name / COMPLETE_MARKER).is_file() else "not installed"
+        print(f"{entry.name:<12} {entry.kind:<12} {installed:<14} {entry.description}  [{entry.licence}]")
     return 0
 
 
@@ -149,7 +188,15 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--snr-db", type=float, default=None, help="add white noise at this SNR")
     synth.set_defaults(handler=cmd_synth)
 
-    prepare = model_commands.add_parser("prepare", help="build or fetch the configured asr.model into the cache")
+    pull = model_commands.add_parser("pull", help="install a registry model into the cache (idempotent)")
+    pull.add_argument("name")
+    pull.add_argument("--config")
+    pull.set_defaults(handler=cmd_models_pull)
+    listing = model_commands.add_parser("list", help="registry models and whether they are installed")
+    listing.add_argument("--config")
+    listing.set_defaults(handler=cmd_models_list)
+
+    prepare = model_commands.add_parser("prepare", help="install the configured asr.model and turn.model")
     prepare.add_argument("--config")
     prepare.set_defaults(handler=cmd_models_prepare)
 

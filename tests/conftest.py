@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from kitt_stt.models.registry import REGISTRY, build_into
+from kitt_stt.models.registry import REGISTRY, install_into
 from tests.helpers import RunningServer, run_server
 
 
@@ -13,7 +13,7 @@ from tests.helpers import RunningServer, run_server
 def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A model cache with the tone model built once for the whole run."""
     cache = tmp_path_factory.mktemp("models")
-    build_into(REGISTRY["tone"], cache / "tone")
+    install_into(REGISTRY["tone"], cache / "tone")
     return cache
 
 

@@ -82,7 +82,7 @@ TEST_CONFIG: dict[str, Any] = {
                "shutdown_grace_s": 5},
     "vad": {"silence_ms": 300},
     "interim": {"start_ms": 200, "min_interval_ms": 200},
-    "turn": {"wait_ms": 300},
+    "turn": {"wait_ms": 300, "model": None},
 }
 
 

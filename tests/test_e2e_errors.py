@@ -12,8 +12,6 @@ import websockets
 from kitt_stt.client.session import SttSession, connect
 from tests.helpers import collect_until, commits, of_type, run_server, send_pcm, tone_pcm
 
-pytestmark = pytest.mark.asyncio
-
 
 async def still_transcribes(session: SttSession, seat: str = "default") -> None:
     await send_pcm(session, tone_pcm("车门", tail_ms=0), seat=seat)

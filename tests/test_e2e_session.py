@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from kitt_stt.client.session import connect
 from tests.helpers import (
     collect_until,
@@ -16,8 +14,6 @@ from tests.helpers import (
     silence,
     tone_pcm,
 )
-
-pytestmark = pytest.mark.asyncio
 
 
 def check_seat_ordering(frames: list[dict], seat: str) -> None:

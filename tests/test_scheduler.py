@@ -12,8 +12,6 @@ import pytest
 from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult, EngineInfo
 from kitt_stt.scheduler import InferenceScheduler, Priority
 
-pytestmark = pytest.mark.asyncio
-
 
 class GatedEngine(AsrEngine):
     """Records the order of decodes; each batch waits until the test opens the gate."""

@@ -80,7 +80,16 @@ class InterimConfig(_Section):
 
 
 class TurnConfig(_Section):
-    wait_ms: int = Field(default=1000, ge=0)
+    """End of turn: the TurnSense model's probability combined with silence time (docs/turns.md)."""
+
+    model: str | None = "turnsense"
+    provider: Provider = Provider.CPU
+    num_threads: int = Field(default=1, ge=1)
+    threshold: float = Field(default=0.9, ge=0.0, le=1.0)
+    wait_ms: int = Field(default=1500, ge=0)
+    max_duration_ms: int = Field(default=60_000, ge=1000)
+    context_ms: int = Field(default=500, ge=0, le=2000)
+    commit_empty: bool = False
 
 
 class ModelsConfig(_Section):

@@ -1,17 +1,24 @@
 """End-of-turn policies: decide, after a turn's last final, when the turn is over.
 
 A policy's :meth:`EotPolicy.decide` is awaited while the seat is silent; the seat cancels it
-as soon as speech resumes (the turn then goes on).  The end-of-turn model plugs in here as
-another policy; until then :class:`SilenceTimeoutPolicy` commits after ``turn.wait_ms``.
+as soon as speech resumes (the turn then goes on).  :class:`TurnSensePolicy` commits at once
+when the end-of-turn model is confident and otherwise waits for silence;
+:class:`SilenceTimeoutPolicy` only waits.  The model's prediction was started when the segment
+ended, concurrently with the final decode, so the decision costs max(final, model), not the sum.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from enum import Enum
+
+from kitt_stt.turnsense.model import TurnPrediction
+
+log = logging.getLogger(__name__)
 
 
 class CommitReason(str, Enum):
@@ -46,9 +53,20 @@ class Decision:
 
 @dataclass(frozen=True)
 class TurnContext:
-    """What a policy may look at: when speech last ended (``time.perf_counter`` seconds)."""
+    """What a policy may look at: when speech last ended (``time.perf_counter`` seconds) and the
+    end-of-turn model's prediction for the turn so far, if a model runs."""
 
     speech_ended_at: float
+    prediction: asyncio.Future[TurnPrediction] | None = None
+
+    def waited_ms(self) -> float:
+        return (time.perf_counter() - self.speech_ended_at) * 1000.0
+
+
+async def sleep_until(context: TurnContext, wait_ms: float) -> None:
+    remaining = wait_ms - context.waited_ms()
+    if remaining > 0:
+        await asyncio.sleep(remaining / 1000.0)
 
 
 class EotPolicy(ABC):
@@ -64,7 +82,32 @@ class SilenceTimeoutPolicy(EotPolicy):
         self.wait_ms = wait_ms
 
     async def decide(self, context: TurnContext) -> Decision:
-        remaining = self.wait_ms / 1000.0 - (time.perf_counter() - context.speech_ended_at)
-        if remaining > 0:
-            await asyncio.sleep(remaining)
-        return Decision(CommitReason.TIMEOUT, wait_ms=(time.perf_counter() - context.speech_ended_at) * 1000.0)
+        await sleep_until(context, self.wait_ms)
+        return Decision(CommitReason.TIMEOUT, wait_ms=context.waited_ms())
+
+
+class TurnSensePolicy(EotPolicy):
+    """Commit as soon as p >= ``threshold``; otherwise commit after ``wait_ms`` of silence.
+
+    A failed prediction counts as "not confident": the turn still commits on the timeout.
+    """
+
+    def __init__(self, threshold: float, wait_ms: int) -> None:
+        self.threshold = threshold
+        self.wait_ms = wait_ms
+
+    async def decide(self, context: TurnContext) -> Decision:
+        prediction = None
+        if context.prediction is not None:
+            try:
+                prediction = await asyncio.shield(context.prediction)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("end-of-turn model failed; waiting for silence instead")
+        probability = None if prediction is None else prediction.probability
+        model_ms = None if prediction is None else round(prediction.features_ms + prediction.model_ms, 2)
+        if probability is not None and probability >= self.threshold:
+            return Decision(CommitReason.MODEL, context.waited_ms(), probability, self.threshold, model_ms)
+        await sleep_until(context, self.wait_ms)
+        return Decision(CommitReason.TIMEOUT, context.waited_ms(), probability, self.threshold, model_ms)

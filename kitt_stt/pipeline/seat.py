@@ -23,6 +23,7 @@ from collections.abc import Callable, Hashable
 import numpy as np
 
 from kitt_stt.asr.engine import AsrRequest
+from kitt_stt.audio.ring import SampleRing
 from kitt_stt.audio.vad import (
     FRAME_SAMPLES,
     EndReason,
@@ -40,6 +41,8 @@ from kitt_stt.pipeline.turn import Turn, TurnTracker
 from kitt_stt.protocol.errors import ErrorCode
 from kitt_stt.protocol.frames import ErrorFrame, FinalFrame, InterimFrame, ServerFrame, SpeechStartFrame
 from kitt_stt.scheduler import InferenceScheduler, Priority
+from kitt_stt.turnsense.features import WINDOW_SAMPLES
+from kitt_stt.turnsense.runner import TurnModelRunner
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +59,7 @@ class SeatPipeline:
         policy: EotPolicy,
         emit: Callable[[ServerFrame], None],
         owner: Hashable,
+        turn_model: TurnModelRunner | None = None,
     ) -> None:
         self.seat = seat
         self._config = config
@@ -64,7 +68,11 @@ class SeatPipeline:
         self._emit = emit
         self._owner = owner
         self._vad = VadSegmenter(config.vad)
-        self._turns = TurnTracker(seat, policy, emit)
+        self._turns = TurnTracker(seat, policy, emit, finals_done=lambda: self._final_chain,
+                                  max_duration_ms=config.turn.max_duration_ms,
+                                  commit_empty=config.turn.commit_empty)
+        self._turn_model = turn_model
+        self._turn_audio = SampleRing(WINDOW_SAMPLES) if turn_model is not None else None
         self._carry = np.zeros(0, dtype=np.int16)
         self._segment: Segment | None = None
         self._segment_turn: Turn | None = None
@@ -81,7 +89,10 @@ class SeatPipeline:
             samples = np.concatenate([self._carry, samples])
         whole = samples.shape[0] - samples.shape[0] % FRAME_SAMPLES
         for offset in range(0, whole, FRAME_SAMPLES):
-            self._handle(self._vad.process(samples[offset : offset + FRAME_SAMPLES]))
+            frame = samples[offset : offset + FRAME_SAMPLES]
+            if self._turn_audio is not None:
+                self._turn_audio.append(frame)
+            self._handle(self._vad.process(frame))
         self._carry = samples[whole:].copy()
 
     def client_vad(self, event: str) -> None:
@@ -93,7 +104,7 @@ class SeatPipeline:
     def flush(self, reason: EndReason) -> asyncio.Task[None] | None:
         """End any open segment and commit the turn as soon as its finals are out."""
         self._handle(self._vad.force_end(reason))
-        return self._turns.flush(_FLUSH_REASONS[reason], self._final_chain)
+        return self._turns.flush(_FLUSH_REASONS[reason])
 
     # ----- VAD events --------------------------------------------------------------------------
 
@@ -117,7 +128,7 @@ class SeatPipeline:
         self._next_segment_id += 1
         segment.buffer.append(event.preroll)
         self._segment = segment
-        self._segment_turn = self._turns.begin_segment(segment.segment_id)
+        self._segment_turn = self._turns.begin_segment(segment.segment_id, event.audio_ms)
         self._emit(SpeechStartFrame(seat=self.seat, segment_id=segment.segment_id, audio_ms=event.audio_ms))
 
     def _on_audio(self, samples: np.ndarray) -> None:
@@ -141,6 +152,9 @@ class SeatPipeline:
         self._segment = None
         self._segment_turn = None
         self._final_chain = self._spawn(self._run_final(segment, turn, self._final_chain))
+        if self._turn_model is not None and self._turn_audio is not None:
+            context_samples = self._config.turn.context_ms * 16
+            turn.prediction = self._turn_model.predict(self._turn_audio.since(turn.start_ms * 16 - context_samples))
 
     # ----- decodes -----------------------------------------------------------------------------
 
@@ -179,12 +193,15 @@ class SeatPipeline:
             await asyncio.shield(previous)
         latency_ms = (time.perf_counter() - segment.ended_at) * 1000.0
         timing["audio_ms"] = segment.buffer.duration_ms
+        prediction = turn.prediction
+        if prediction is not None and prediction.done() and not prediction.cancelled() and not prediction.exception():
+            timing["turnsense_ms"] = round(prediction.result().features_ms + prediction.result().model_ms, 2)
         self._emit(FinalFrame(
             seat=self.seat, segment_id=segment.segment_id, text=text, start_ms=segment.start_ms,
             end_ms=segment.end_ms, lang=lang, server_latency_ms=round(latency_ms, 2), timing=timing,
             end_reason=segment.end_reason,
         ))
-        self._turns.segment_final(turn, segment.segment_id, text, segment.ended_at)
+        self._turns.segment_final(turn, segment.segment_id, text, segment.end_ms, segment.ended_at)
 
     def _spawn(self, coroutine) -> asyncio.Task[None]:
         task = asyncio.create_task(coroutine)
@@ -197,7 +214,8 @@ class SeatPipeline:
     @property
     def buffered_bytes(self) -> int:
         open_bytes = self._segment.buffer.nbytes if self._segment is not None else 0
-        return open_bytes + self._vad.buffered_bytes + self._carry.nbytes
+        ring_bytes = self._turn_audio.nbytes if self._turn_audio is not None else 0
+        return open_bytes + ring_bytes + self._vad.buffered_bytes + self._carry.nbytes
 
     def close(self) -> None:
         """Release everything this seat holds; pending decodes are cancelled by the connection."""
@@ -205,6 +223,8 @@ class SeatPipeline:
             task.cancel()
         self._turns.close()
         self._vad.reset()
+        if self._turn_audio is not None:
+            self._turn_audio.release()
         self._segment = None
         self._segment_turn = None
         self._carry = np.zeros(0, dtype=np.int16)

@@ -1,10 +1,12 @@
 """Turns of one seat: which segments belong together, and when the turn is committed.
 
-States (:class:`TurnState`): ``IDLE`` (no turn), ``SPEAKING`` (a segment is open or its final
-is pending), ``WAITING`` (all finals are out; the end-of-turn policy is deciding).  Speech
-resuming in ``WAITING`` cancels the decision and the turn goes on.  ``flush`` (finalize,
-close, shutdown) detaches the turn and commits it as soon as its finals are out, while new
-speech starts a new turn.
+States (:class:`TurnState`, diagram in ``docs/turns.md``): ``IDLE`` (no turn), ``SPEAKING``
+(a segment is open or its final is pending), ``WAITING`` (all finals are out; the end-of-turn
+policy is deciding).  Speech resuming in ``WAITING`` cancels the decision and the turn goes
+on.  ``flush`` (finalize, close, shutdown) detaches the turn and commits it as soon as its
+finals are out, while new speech starts a new turn.  A turn whose speech spans more than
+``max_duration_ms`` is committed with reason ``max_duration`` at its next final, or when its
+next segment starts (that segment then opens a new turn).
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
 from kitt_stt.pipeline.eot import CommitReason, Decision, EotPolicy, TurnContext
 from kitt_stt.protocol.frames import CommitFrame, ServerFrame
+from kitt_stt.turnsense.model import TurnPrediction
 
 log = logging.getLogger(__name__)
 
@@ -30,16 +33,19 @@ class TurnState(str, Enum):
 
 @dataclass
 class Turn:
+    start_ms: int
     segment_ids: list[int] = field(default_factory=list)
     texts: dict[int, str] = field(default_factory=dict)
     pending_finals: int = 0
+    end_ms: int = 0
     speech_ended_at: float = 0.0
+    prediction: asyncio.Future[TurnPrediction] | None = None
 
     def text(self) -> str:
         return join_texts(self.texts[segment_id] for segment_id in self.segment_ids if segment_id in self.texts)
 
 
-def join_texts(parts) -> str:
+def join_texts(parts: Iterable[str]) -> str:
     """Join segment texts: a space between two Latin-script words, nothing between CJK text."""
     joined = ""
     for part in parts:
@@ -52,10 +58,15 @@ def join_texts(parts) -> str:
 
 
 class TurnTracker:
-    def __init__(self, seat: str, policy: EotPolicy, emit: Callable[[ServerFrame], None]) -> None:
+    def __init__(self, seat: str, policy: EotPolicy, emit: Callable[[ServerFrame], None],
+                 finals_done: Callable[[], Awaitable[None] | None], max_duration_ms: int,
+                 commit_empty: bool = False) -> None:
         self._seat = seat
         self._policy = policy
         self._emit = emit
+        self._finals_done = finals_done
+        self._max_duration_ms = max_duration_ms
+        self._commit_empty = commit_empty
         self._current: Turn | None = None
         self._waiting: asyncio.Task[None] | None = None
         self._commit_chain: asyncio.Task[None] | None = None
@@ -67,31 +78,46 @@ class TurnTracker:
             return TurnState.IDLE
         return TurnState.WAITING if self._waiting is not None else TurnState.SPEAKING
 
-    def begin_segment(self, segment_id: int) -> Turn:
+    @property
+    def current(self) -> Turn | None:
+        return self._current
+
+    def begin_segment(self, segment_id: int, start_ms: int) -> Turn:
         """A segment started: it joins the current turn (cancelling any pending decision)."""
         self._cancel_waiting()
+        if self._current is not None and self._too_long(self._current):
+            self.flush(CommitReason.MAX_DURATION)
         if self._current is None:
-            self._current = Turn()
+            self._current = Turn(start_ms=start_ms)
         self._current.segment_ids.append(segment_id)
         self._current.pending_finals += 1
         return self._current
 
-    def segment_final(self, turn: Turn, segment_id: int, text: str, speech_ended_at: float) -> None:
+    def segment_final(self, turn: Turn, segment_id: int, text: str, end_ms: int, speech_ended_at: float) -> None:
         """A segment's final went out; when the turn has no open segment left, start deciding."""
         turn.texts[segment_id] = text
         turn.pending_finals -= 1
+        turn.end_ms = max(turn.end_ms, end_ms)
         turn.speech_ended_at = max(turn.speech_ended_at, speech_ended_at)
-        if turn is self._current and turn.pending_finals == 0:
-            self._waiting = asyncio.create_task(self._decide(turn))
+        if turn is not self._current or turn.pending_finals:
+            return
+        if self._too_long(turn):
+            self.flush(CommitReason.MAX_DURATION)
+            return
+        context = TurnContext(speech_ended_at=turn.speech_ended_at, prediction=turn.prediction)
+        self._waiting = asyncio.create_task(self._decide(turn, context))
 
-    async def _decide(self, turn: Turn) -> None:
+    def _too_long(self, turn: Turn) -> bool:
+        return turn.end_ms - turn.start_ms >= self._max_duration_ms
+
+    async def _decide(self, turn: Turn, context: TurnContext) -> None:
         try:
-            decision = await self._policy.decide(TurnContext(speech_ended_at=turn.speech_ended_at))
+            decision = await self._policy.decide(context)
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("end-of-turn policy failed; committing on timeout")
-            decision = Decision(CommitReason.TIMEOUT, (time.perf_counter() - turn.speech_ended_at) * 1000.0)
+            decision = Decision(CommitReason.TIMEOUT, context.waited_ms())
         if turn is not self._current:
             return
         self._current = None
@@ -101,13 +127,14 @@ class TurnTracker:
             await asyncio.shield(previous)  # an earlier flushed turn commits first
         self._commit(turn, decision)
 
-    def flush(self, reason: CommitReason, finals_done: Awaitable[None] | None) -> asyncio.Task[None] | None:
-        """Commit the current turn with ``reason`` once ``finals_done``; returns the commit task."""
+    def flush(self, reason: CommitReason) -> asyncio.Task[None] | None:
+        """Commit the current turn with ``reason`` once its finals are out; returns the commit task."""
         self._cancel_waiting()
         turn, self._current = self._current, None
         if turn is None:
             return self._commit_chain
         previous = self._commit_chain
+        finals_done = self._finals_done()
 
         async def commit_when_ready() -> None:
             if finals_done is not None:
@@ -122,7 +149,7 @@ class TurnTracker:
 
     def _commit(self, turn: Turn, decision: Decision) -> None:
         text = turn.text()
-        if not text:  # only noise: the client heard its empty finals; nothing to commit
+        if not text and not self._commit_empty:  # only noise: the client saw its empty finals
             return
         frame = CommitFrame(seat=self._seat, turn_id=self._next_turn_id, text=text,
                             segment_ids=list(turn.segment_ids), metadata=decision.as_metadata())

@@ -23,13 +23,14 @@ from kitt_stt.protocol.frames import ErrorFrame
 from kitt_stt.scheduler import InferenceScheduler
 from kitt_stt.server.connection import CLOSE_TRY_AGAIN_LATER, Connection
 from kitt_stt.server.state import ServiceState
+from kitt_stt.turnsense.runner import TurnModelRunner
 
 log = logging.getLogger(__name__)
 
 
-def create_app(config: AppConfig, engine: AsrEngine) -> FastAPI:
+def create_app(config: AppConfig, engine: AsrEngine, turn_model: TurnModelRunner | None = None) -> FastAPI:
     scheduler = InferenceScheduler(engine, workers=config.asr.workers, max_batch=config.asr.max_batch)
-    state = ServiceState(config=config, engine=engine, scheduler=scheduler)
+    state = ServiceState(config=config, engine=engine, scheduler=scheduler, turn_model=turn_model)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -41,6 +42,8 @@ def create_app(config: AppConfig, engine: AsrEngine) -> FastAPI:
             await state.drain(config.server.shutdown_grace_s)
             warm.cancel()
             scheduler.stop()
+            if turn_model is not None:
+                turn_model.close()
 
     app = FastAPI(title="kitt-stt", lifespan=lifespan)
     app.state.service = state
@@ -54,6 +57,7 @@ def create_app(config: AppConfig, engine: AsrEngine) -> FastAPI:
         body = {
             "status": "ready" if state.ready else ("draining" if state.draining else "starting"),
             "model": {"name": engine.info.name, "kind": engine.info.kind, "provider": engine.info.provider},
+            "turn_model": None if turn_model is None else {"provider": turn_model.model.provider.value},
             "warm_up_ms": round(state.warm_up_ms, 1),
         }
         if state.load_error:

@@ -18,7 +18,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from kitt_stt.audio.vad import EndReason
 from kitt_stt.hotwords import parse_hotwords
-from kitt_stt.pipeline.eot import SilenceTimeoutPolicy
+from kitt_stt.pipeline.eot import EotPolicy, SilenceTimeoutPolicy, TurnSensePolicy
 from kitt_stt.pipeline.rate_limit import AudioRateLimiter
 from kitt_stt.pipeline.seat import SeatPipeline
 from kitt_stt.pipeline.settings import SessionSettings
@@ -267,6 +267,12 @@ class Connection:
             return
         seat.push_audio(np.frombuffer(frame.pcm, dtype="<i2"))
 
+    def _policy(self) -> EotPolicy:
+        turn = self._config.turn
+        if self._state.turn_model is None:
+            return SilenceTimeoutPolicy(turn.wait_ms)
+        return TurnSensePolicy(turn.threshold, turn.wait_ms)
+
     def _seat(self, name: str) -> SeatPipeline:
         seat = self._seats.get(name)
         if seat is not None:
@@ -277,8 +283,8 @@ class Connection:
                                 f"this connection already has {limit} seats; seat {name!r} refused", name)
         seat = SeatPipeline(
             seat=name, config=self._config, settings=lambda: self._settings,
-            scheduler=self._state.scheduler, policy=SilenceTimeoutPolicy(self._config.turn.wait_ms),
-            emit=self.send, owner=self,
+            scheduler=self._state.scheduler, policy=self._policy(), emit=self.send, owner=self,
+            turn_model=self._state.turn_model,
         )
         self._seats[name] = seat
         self._limiters[name] = AudioRateLimiter(self._config.server.rate_limit)

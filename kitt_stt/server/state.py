@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from kitt_stt.asr.engine import AsrEngine
 from kitt_stt.config.schema import AppConfig
 from kitt_stt.scheduler import InferenceScheduler
+from kitt_stt.turnsense.runner import TurnModelRunner
 
 if TYPE_CHECKING:
     from kitt_stt.server.connection import Connection
@@ -23,6 +24,7 @@ class ServiceState:
     config: AppConfig
     engine: AsrEngine
     scheduler: InferenceScheduler
+    turn_model: TurnModelRunner | None = None
     connections: set[Connection] = field(default_factory=set)
     ready: bool = False
     draining: bool = False
@@ -33,6 +35,8 @@ class ServiceState:
         """Blocking: one decode so that the first client does not pay for lazy initialisation."""
         started = time.perf_counter()
         self.engine.warm_up()
+        if self.turn_model is not None:
+            self.turn_model.warm_up()
         self.warm_up_ms = (time.perf_counter() - started) * 1000.0
         log.info("engine %s warmed up in %.0f ms", self.engine.info.name, self.warm_up_ms)
 

@@ -1,0 +1,185 @@
+"""The turn state machine and the end-of-turn policy, driven by an injected probability source."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from kitt_stt.audio.ring import SampleRing
+from kitt_stt.pipeline.eot import SilenceTimeoutPolicy, TurnSensePolicy
+from kitt_stt.pipeline.turn import TurnState, TurnTracker, join_texts
+from kitt_stt.turnsense.model import TurnPrediction
+
+WAIT_MS = 150
+THRESHOLD = 0.7
+
+
+@dataclass
+class Harness:
+    tracker: TurnTracker
+    commits: list
+
+    async def next_commit(self, timeout: float = 2.0) -> dict:
+        deadline = time.monotonic() + timeout
+        while not self.commits:
+            assert time.monotonic() < deadline, "no commit"
+            await asyncio.sleep(0.005)
+        return self.commits.pop(0)
+
+
+def harness(policy=None, max_duration_ms: int = 60_000) -> Harness:
+    commits: list = []
+    tracker = TurnTracker("s", policy or TurnSensePolicy(THRESHOLD, WAIT_MS),
+                          lambda frame: commits.append(frame.model_dump()), finals_done=lambda: None,
+                          max_duration_ms=max_duration_ms)
+    return Harness(tracker, commits)
+
+
+def prediction(probability: float | None, delay_s: float = 0.0) -> asyncio.Future:
+    """A prediction future that resolves after ``delay_s`` (None -> the model failed)."""
+    future = asyncio.get_running_loop().create_future()
+
+    def settle() -> None:
+        if probability is None:
+            future.set_exception(RuntimeError("model failed"))
+        else:
+            future.set_result(TurnPrediction(probability, features_ms=1.0, model_ms=2.0))
+
+    asyncio.get_running_loop().call_later(delay_s, settle)
+    return future
+
+
+def speak(h: Harness, segment_id: int, text: str, p: float | None, start_ms: int = 0, end_ms: int = 500,
+          model_delay_s: float = 0.0) -> None:
+    turn = h.tracker.begin_segment(segment_id, start_ms)
+    turn.prediction = prediction(p, model_delay_s)
+    h.tracker.segment_final(turn, segment_id, text, end_ms, time.perf_counter())
+
+
+def decision(commit: dict) -> dict:
+    return commit["metadata"]["eot"]["decision"]
+
+
+@pytest.mark.parametrize(
+    ("probability", "reason", "min_wait", "max_wait"),
+    [
+        (0.95, "model", 0, WAIT_MS * 0.5),  # confident: at once
+        (THRESHOLD, "model", 0, WAIT_MS * 0.5),  # threshold is inclusive
+        (0.69, "timeout", WAIT_MS * 0.9, WAIT_MS * 3),  # not confident: wait for silence
+        (0.05, "timeout", WAIT_MS * 0.9, WAIT_MS * 3),
+        (None, "timeout", WAIT_MS * 0.9, WAIT_MS * 3),  # model failed: still commits
+    ],
+)
+async def test_waiting_ends_by_model_or_timeout(probability, reason, min_wait, max_wait) -> None:
+    h = harness()
+    speak(h, 1, "打开车门", probability)
+    assert h.tracker.state is TurnState.WAITING
+    commit = await h.next_commit()
+    got = decision(commit)
+    assert got["reason"] == reason
+    assert got["probability"] == probability
+    assert got["threshold"] == THRESHOLD
+    assert min_wait <= got["wait_ms"] <= max_wait
+    assert got["model_ms"] == (None if probability is None else 3.0)
+    assert commit["text"] == "打开车门" and commit["turn_id"] == 1
+    assert h.tracker.state is TurnState.IDLE
+
+
+async def test_slow_model_commit_waits_for_model_not_longer() -> None:
+    h = harness()
+    speak(h, 1, "A", 0.9, model_delay_s=0.06)
+    got = decision(await h.next_commit())
+    assert got["reason"] == "model" and 50 <= got["wait_ms"] < WAIT_MS
+
+
+async def test_speech_resuming_during_wait_continues_the_turn() -> None:
+    h = harness()
+    speak(h, 1, "打开", 0.1)
+    await asyncio.sleep(WAIT_MS / 3000)
+    turn = h.tracker.begin_segment(2, 900)
+    assert h.tracker.state is TurnState.SPEAKING
+    await asyncio.sleep(WAIT_MS * 1.5 / 1000)
+    assert h.commits == []  # the old decision was cancelled
+    turn.prediction = prediction(0.9)
+    h.tracker.segment_final(turn, 2, "车门", 1400, time.perf_counter())
+    commit = await h.next_commit()
+    assert commit["text"] == "打开车门" and commit["segment_ids"] == [1, 2]
+    assert decision(commit)["reason"] == "model"
+
+
+@pytest.mark.parametrize("reason", ["finalize", "stop"])
+async def test_flush_during_wait_commits_at_once(reason) -> None:
+    from kitt_stt.pipeline.eot import CommitReason
+
+    h = harness()
+    speak(h, 1, "ABC", 0.1)
+    task = h.tracker.flush(CommitReason(reason))
+    assert task is not None
+    await task
+    commit = await h.next_commit()
+    assert decision(commit)["reason"] == reason and decision(commit)["wait_ms"] < WAIT_MS
+    await asyncio.sleep(WAIT_MS * 1.5 / 1000)
+    assert h.commits == []  # the cancelled timeout does not commit twice
+
+
+async def test_flush_with_nothing_said_commits_nothing() -> None:
+    from kitt_stt.pipeline.eot import CommitReason
+
+    h = harness()
+    assert h.tracker.flush(CommitReason.FINALIZE) is None
+    assert h.commits == []
+
+
+async def test_max_duration_at_final() -> None:
+    h = harness(max_duration_ms=2000)
+    speak(h, 1, "ABCDEF", 0.1, start_ms=0, end_ms=2500)
+    commit = await h.next_commit(timeout=0.5 * WAIT_MS / 1000 + 0.5)
+    assert decision(commit)["reason"] == "max_duration"
+
+
+async def test_max_duration_when_speech_goes_on() -> None:
+    h = harness(max_duration_ms=2000)
+    first = h.tracker.begin_segment(1, 0)
+    first.prediction = prediction(0.1)
+    h.tracker.segment_final(first, 1, "AB", 1000, time.perf_counter())  # waiting: p is low
+    second = h.tracker.begin_segment(2, 1200)
+    assert second is first  # under the limit: same turn
+    h.tracker.segment_final(second, 2, "CD", 2600, time.perf_counter())
+    commit = await h.next_commit(timeout=1.0)
+    assert decision(commit)["reason"] == "max_duration" and commit["segment_ids"] == [1, 2]
+    third = h.tracker.begin_segment(3, 3000)
+    assert third is not first and third.segment_ids == [3]
+
+
+async def test_turn_of_empty_finals_is_not_committed() -> None:
+    h = harness(policy=SilenceTimeoutPolicy(WAIT_MS))
+    speak(h, 1, "", None)
+    await asyncio.sleep(WAIT_MS * 2 / 1000)
+    assert h.commits == [] and h.tracker.state is TurnState.IDLE
+
+
+def test_join_texts() -> None:
+    assert join_texts(["打开", "车门"]) == "打开车门"
+    assert join_texts(["open the", "door"]) == "open the door"
+    assert join_texts(["", "门", "", "AB"]) == "门AB"
+
+
+def test_sample_ring_keeps_exactly_the_newest_samples() -> None:
+    ring = SampleRing(10)
+    reference: list[int] = []
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        count = int(rng.integers(0, 25))
+        chunk = np.arange(len(reference), len(reference) + count).astype(np.int16)
+        reference += chunk.tolist()
+        ring.append(chunk)
+        since = int(rng.integers(0, len(reference) + 2))
+        expected = np.array(reference[max(since, len(reference) - 10):], dtype=np.int16)
+        assert np.array_equal(ring.since(since), expected)
+    assert ring.nbytes == 20
+    ring.release()
+    assert ring.nbytes == 0

@@ -1,0 +1,1 @@
+"""Benchmarks and evaluation tools; each prints results measured side by side in one run."""
