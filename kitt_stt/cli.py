@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -33,7 +34,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         config = load_config(args.config).config
     except ConfigError as exc:
         return _fail(str(exc))
-    configure_logging(config.logging.level, config.logging.json_format)
+    log_buffer = configure_logging(config)
+    started = time.perf_counter()
     try:
         engine = build_engine(config)
     except (ModelError, ValueError) as exc:
@@ -44,7 +46,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return _fail(f"cannot load the end-of-turn model: {exc}")
     host = args.host or config.server.host
     port = config.server.port if args.port is None else args.port
-    run(create_app(config, engine, turn_model), host, port, config.server.max_message_bytes, config.logging.level)
+    app = create_app(config, engine, turn_model, log_buffer=log_buffer, load_seconds=time.perf_counter() - started)
+    run(app, host, port, config.server.max_message_bytes, config.logging.level)
     return 0
 
 

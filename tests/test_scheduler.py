@@ -22,7 +22,7 @@ class GatedEngine(AsrEngine):
         self.gate = threading.Event()
         self.entered = threading.Event()
 
-    def decode_batch(self, requests: Sequence[AsrRequest]) -> list[AsrResult]:
+    def decode_batch(self, requests: Sequence[AsrRequest], timer=None) -> list[AsrResult]:
         self.entered.set()
         self.gate.wait(timeout=10)
         labels = [request.options.language for request in requests]
@@ -117,10 +117,10 @@ async def test_cancel_owner_drops_only_that_connections_jobs() -> None:
 
 async def test_engine_failure_reaches_the_awaiter_and_worker_survives() -> None:
     class Flaky(GatedEngine):
-        def decode_batch(self, requests):
+        def decode_batch(self, requests, timer=None):
             if requests[0].options.language == "boom":
                 raise RuntimeError("engine exploded")
-            return super().decode_batch(requests)
+            return super().decode_batch(requests, timer)
 
     engine = Flaky()
     engine.gate.set()

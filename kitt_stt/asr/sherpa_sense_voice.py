@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 import sherpa_onnx
 
-from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult, EngineInfo
+from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult, EngineInfo, StageTimer
 from kitt_stt.asr.sense_voice_model import LANGUAGES, SenseVoiceModel
 from kitt_stt.asr.text import strip_tags, tag_value
 
@@ -49,7 +49,8 @@ class SherpaSenseVoiceEngine(AsrEngine):
                 self._recognizers[key] = recognizer
             return recognizer
 
-    def decode_batch(self, requests: Sequence[AsrRequest]) -> list[AsrResult]:
+    def decode_batch(self, requests: Sequence[AsrRequest], timer: StageTimer | None = None) -> list[AsrResult]:
+        timer = timer or StageTimer()
         results: list[AsrResult | None] = [None] * len(requests)
         groups: dict[tuple[str, bool], list[int]] = {}
         for index, request in enumerate(requests):
@@ -57,20 +58,23 @@ class SherpaSenseVoiceEngine(AsrEngine):
         for (language, use_itn), indices in groups.items():
             recognizer = self._recognizer(language, use_itn)
             streams = []
-            for index in indices:
-                stream = recognizer.create_stream()
-                samples = requests[index].samples.astype(np.float32) / 32768.0
-                stream.accept_waveform(SAMPLE_RATE, samples)
-                streams.append(stream)
-            recognizer.decode_streams(streams)
-            for index, stream in zip(indices, streams, strict=True):
-                result = stream.result
-                results[index] = AsrResult(
-                    text=strip_tags(result.text),
-                    tokens=list(result.tokens),
-                    timestamps=[round(float(t), 3) for t in result.timestamps],
-                    lang=tag_value(result.lang),
-                    emotion=tag_value(result.emotion),
-                    event=tag_value(result.event),
-                )
+            with timer.stage("features"):  # sherpa-onnx computes the fbank as audio is accepted
+                for index in indices:
+                    stream = recognizer.create_stream()
+                    samples = requests[index].samples.astype(np.float32) / 32768.0
+                    stream.accept_waveform(SAMPLE_RATE, samples)
+                    streams.append(stream)
+            with timer.stage("decode"):
+                recognizer.decode_streams(streams)
+            with timer.stage("postprocess"):
+                for index, stream in zip(indices, streams, strict=True):
+                    result = stream.result
+                    results[index] = AsrResult(
+                        text=strip_tags(result.text),
+                        tokens=list(result.tokens),
+                        timestamps=[round(float(t), 3) for t in result.timestamps],
+                        lang=tag_value(result.lang),
+                        emotion=tag_value(result.emotion),
+                        event=tag_value(result.event),
+                    )
         return [result for result in results if result is not None]

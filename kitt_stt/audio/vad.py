@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 import numpy as np
 import webrtcvad
@@ -24,12 +24,12 @@ FRAME_MS = 20
 FRAME_SAMPLES = SAMPLE_RATE * FRAME_MS // 1000
 
 
-class VadState(str, Enum):
+class VadState(StrEnum):
     SILENCE = "silence"
     SPEECH = "speech"
 
 
-class EndReason(str, Enum):
+class EndReason(StrEnum):
     SILENCE = "silence"
     CLIENT = "client"
     MAX_DURATION = "max_duration"

@@ -5,10 +5,10 @@ Every default is chosen in ``docs/configuration.md``; keep the two in step.
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from kitt_stt.hotwords import parse_hotword
 
@@ -17,7 +17,7 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
-class Provider(str, Enum):
+class Provider(StrEnum):
     """Where inference runs."""
 
     CPU = "cpu"
@@ -101,6 +101,33 @@ class LoggingConfig(_Section):
     json_format: bool = False
 
 
+class TracingConfig(_Section):
+    """Chrome-trace timeline (open in ui.perfetto.dev); off by default."""
+
+    enabled: bool = False
+    path: Path = Path("traces/kitt-stt.trace.json.gz")
+    max_events: int = Field(default=100_000, ge=100)
+    max_bytes: int = Field(default=32 << 20, ge=1 << 16)
+    flush_interval_s: float = Field(default=30.0, gt=0)
+    keep_files: int = Field(default=3, ge=1, le=100)
+
+
+class DebugConfig(_Section):
+    """``/debug/logs`` and ``/debug/trace``: off unless enabled, and always behind a token."""
+
+    logs_enabled: bool = False
+    trace_enabled: bool = False
+    token: str | None = None
+    logs_max_bytes: int = Field(default=1 << 20, ge=1024)
+    logs_max_records: int = Field(default=2000, ge=10)
+
+    @model_validator(mode="after")
+    def _token_required(self) -> DebugConfig:
+        if (self.logs_enabled or self.trace_enabled) and not self.token:
+            raise ValueError("debug endpoints expose what people said: set debug.token to enable them")
+        return self
+
+
 class AppConfig(_Section):
     """The whole service configuration (see ``config.yaml`` for a commented example)."""
 
@@ -111,3 +138,5 @@ class AppConfig(_Section):
     turn: TurnConfig = TurnConfig()
     models: ModelsConfig = ModelsConfig()
     logging: LoggingConfig = LoggingConfig()
+    tracing: TracingConfig = TracingConfig()
+    debug: DebugConfig = DebugConfig()

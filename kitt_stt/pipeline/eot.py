@@ -14,14 +14,14 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 from kitt_stt.turnsense.model import TurnPrediction
 
 log = logging.getLogger(__name__)
 
 
-class CommitReason(str, Enum):
+class CommitReason(StrEnum):
     MODEL = "model"
     TIMEOUT = "timeout"
     STOP = "stop"

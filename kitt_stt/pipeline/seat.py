@@ -16,9 +16,12 @@ Ordering guarantees of the protocol hold by construction:
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Coroutine, Hashable
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -34,6 +37,9 @@ from kitt_stt.audio.vad import (
     VadSegmenter,
 )
 from kitt_stt.config.schema import AppConfig
+from kitt_stt.observability.logbuffer import seat_id as seat_context
+from kitt_stt.observability.metrics import Metrics
+from kitt_stt.observability.trace import Tracer, Track
 from kitt_stt.pipeline.eot import CommitReason, EotPolicy
 from kitt_stt.pipeline.segment import Segment
 from kitt_stt.pipeline.settings import SessionSettings
@@ -41,12 +47,27 @@ from kitt_stt.pipeline.turn import Turn, TurnTracker
 from kitt_stt.protocol.errors import ErrorCode
 from kitt_stt.protocol.frames import ErrorFrame, FinalFrame, InterimFrame, ServerFrame, SpeechStartFrame
 from kitt_stt.scheduler import InferenceScheduler, Priority
+from kitt_stt.scheduler.inference import TraceTag
 from kitt_stt.turnsense.features import WINDOW_SAMPLES
+from kitt_stt.turnsense.model import TurnPrediction
 from kitt_stt.turnsense.runner import TurnModelRunner
 
 log = logging.getLogger(__name__)
 
 _FLUSH_REASONS = {EndReason.FINALIZE: CommitReason.FINALIZE, EndReason.STOP: CommitReason.STOP}
+
+
+@dataclass(frozen=True)
+class SeatObservers:
+    """Where this seat reports: its trace track (tracer may be off) and the service metrics."""
+
+    tracer: Tracer | None
+    track: Track
+    session_id: str
+    metrics: Metrics | None = None
+
+    def ids(self, seat: str, segment_id: int) -> dict[str, Any]:
+        return {"session": self.session_id, "seat": seat, "segment": segment_id}
 
 
 class SeatPipeline:
@@ -60,6 +81,7 @@ class SeatPipeline:
         emit: Callable[[ServerFrame], None],
         owner: Hashable,
         turn_model: TurnModelRunner | None = None,
+        observe: SeatObservers | None = None,
     ) -> None:
         self.seat = seat
         self._config = config
@@ -67,6 +89,7 @@ class SeatPipeline:
         self._scheduler = scheduler
         self._emit = emit
         self._owner = owner
+        self._observe = observe or SeatObservers(None, Track(0, 0), "")
         self._vad = VadSegmenter(config.vad)
         self._turns = TurnTracker(seat, policy, emit, finals_done=lambda: self._final_chain,
                                   max_duration_ms=config.turn.max_duration_ms,
@@ -80,6 +103,10 @@ class SeatPipeline:
         self._final_chain: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.last_seq: int | None = None
+
+    @property
+    def track(self) -> Track:
+        return self._observe.track
 
     # ----- input -------------------------------------------------------------------------------
 
@@ -155,6 +182,28 @@ class SeatPipeline:
         if self._turn_model is not None and self._turn_audio is not None:
             context_samples = self._config.turn.context_ms * 16
             turn.prediction = self._turn_model.predict(self._turn_audio.since(turn.start_ms * 16 - context_samples))
+            turn.prediction.add_done_callback(lambda done: self._observe_prediction(done, segment.segment_id))
+        tracer = self._observe.tracer
+        if tracer is not None:
+            tracer.add("vad.segment", "vad", tracer.to_us(segment.started_at),
+                       int((segment.ended_at - segment.started_at) * 1e6), self.track,
+                       {**self._observe.ids(self.seat, segment.segment_id), "end_reason": segment.end_reason,
+                        "start_ms": segment.start_ms, "end_ms": segment.end_ms})
+
+    def _observe_prediction(self, done: asyncio.Future[TurnPrediction], segment_id: int) -> None:
+        if done.cancelled() or done.exception() is not None:
+            return
+        prediction = done.result()
+        if self._observe.metrics is not None:
+            self._observe.metrics.turn_model.observe((prediction.features_ms + prediction.model_ms) / 1000.0)
+        tracer = self._observe.tracer
+        if tracer is None:
+            return
+        args = {**self._observe.ids(self.seat, segment_id), "probability": round(prediction.probability, 4)}
+        start = tracer.to_us(prediction.started)
+        features_us, model_us = int(prediction.features_ms * 1000), int(prediction.model_ms * 1000)
+        tracer.add("turnsense.features", "turnsense", start, features_us, self.track, args)
+        tracer.add("turnsense.model", "turnsense", start + features_us, model_us, self.track, args)
 
     # ----- decodes -----------------------------------------------------------------------------
 
@@ -162,7 +211,8 @@ class SeatPipeline:
         request = AsrRequest(segment.buffer.view(), segment.options)
         try:
             outcome = await self._scheduler.submit(request, Priority.INTERIM, self._owner,
-                                                   coalesce_key=(self._owner, self.seat))
+                                                   coalesce_key=(self._owner, self.seat),
+                                                   trace=self._trace_tag(segment))
         except Exception:
             log.exception("interim decode failed (seat %s, segment %d)", self.seat, segment.segment_id)
             return
@@ -178,7 +228,8 @@ class SeatPipeline:
         request = AsrRequest(segment.buffer.view(), segment.options)
         text, lang, timing = "", None, {}
         try:
-            outcome = await self._scheduler.submit(request, Priority.FINAL, self._owner)
+            outcome = await self._scheduler.submit(request, Priority.FINAL, self._owner,
+                                                   trace=self._trace_tag(segment))
         except Exception as exc:
             log.exception("final decode failed (seat %s, segment %d)", self.seat, segment.segment_id)
             self._emit(ErrorFrame(code=ErrorCode.INTERNAL.value, seat=self.seat,
@@ -203,8 +254,15 @@ class SeatPipeline:
         ))
         self._turns.segment_final(turn, segment.segment_id, text, segment.end_ms, segment.ended_at)
 
-    def _spawn(self, coroutine) -> asyncio.Task[None]:
-        task = asyncio.create_task(coroutine)
+    def _trace_tag(self, segment: Segment) -> TraceTag | None:
+        if self._observe.tracer is None:
+            return None
+        return TraceTag(self.track, self._observe.ids(self.seat, segment.segment_id))
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        context = contextvars.copy_context()
+        context.run(seat_context.set, self.seat)  # log records of this task name the seat
+        task = asyncio.create_task(coroutine, context=context)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task

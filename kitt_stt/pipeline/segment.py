@@ -20,6 +20,7 @@ class Segment:
     closed: bool = False
     end_ms: int = 0
     end_reason: str = ""
+    started_at: float = field(default_factory=time.perf_counter)
     ended_at: float = 0.0
     last_interim_audio_ms: int | None = None
     last_interim_wall: float = 0.0

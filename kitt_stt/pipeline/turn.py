@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 from kitt_stt.pipeline.eot import CommitReason, Decision, EotPolicy, TurnContext
 from kitt_stt.protocol.frames import CommitFrame, ServerFrame
@@ -25,7 +25,7 @@ from kitt_stt.turnsense.model import TurnPrediction
 log = logging.getLogger(__name__)
 
 
-class TurnState(str, Enum):
+class TurnState(StrEnum):
     IDLE = "idle"
     SPEAKING = "speaking"
     WAITING = "waiting"

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 
-class ErrorCode(str, Enum):
+class ErrorCode(StrEnum):
     BAD_FRAME = "bad_frame"
     BAD_FIELD = "bad_field"
     BAD_AUDIO = "bad_audio"

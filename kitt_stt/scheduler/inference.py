@@ -24,11 +24,13 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import Any
 
-from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult
+from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult, StageTimer
+from kitt_stt.observability.trace import Tracer, Track
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +38,18 @@ log = logging.getLogger(__name__)
 class Priority(IntEnum):
     FINAL = 0
     INTERIM = 1
+
+
+@dataclass(frozen=True)
+class TraceTag:
+    """Where a job's spans go in the trace, and the ids they carry."""
+
+    track: Track
+    args: dict[str, Any]
+
+
+#: ``observer(priority, queue_seconds, decode_seconds)`` after every decoded job (metrics).
+DecodeObserver = Callable[["Priority", float, float], None]
 
 
 @dataclass(frozen=True)
@@ -56,6 +70,7 @@ class _Job:
     future: asyncio.Future = field(compare=False)
     loop: asyncio.AbstractEventLoop = field(compare=False)
     submitted: float = field(compare=False)
+    trace: TraceTag | None = field(default=None, compare=False)
     dropped: bool = field(default=False, compare=False)
 
 
@@ -75,8 +90,11 @@ def _post(job: _Job, value: object = None, error: BaseException | None = None) -
 
 
 class InferenceScheduler:
-    def __init__(self, engine: AsrEngine, workers: int = 1, max_batch: int = 1) -> None:
+    def __init__(self, engine: AsrEngine, workers: int = 1, max_batch: int = 1, tracer: Tracer | None = None,
+                 observer: DecodeObserver | None = None) -> None:
         self.engine = engine
+        self._tracer = tracer
+        self._observer = observer
         self._workers = workers
         self._max_batch = max_batch
         self._heap: list[_Job] = []
@@ -111,12 +129,13 @@ class InferenceScheduler:
             return sum(1 for job in self._heap if not job.dropped)
 
     def submit(self, request: AsrRequest, priority: Priority, owner: Hashable,
-               coalesce_key: Hashable | None = None) -> asyncio.Future[DecodeOutcome | None]:
+               coalesce_key: Hashable | None = None,
+               trace: TraceTag | None = None) -> asyncio.Future[DecodeOutcome | None]:
         """Queue a decode; the future yields the outcome, or ``None`` if it was superseded/cancelled."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[DecodeOutcome | None] = loop.create_future()
         job = _Job(int(priority), next(self._counter), request, owner, coalesce_key, future, loop,
-                   time.perf_counter())
+                   time.perf_counter(), trace)
         with self._cond:
             if self._stopping:
                 future.set_result(None)
@@ -175,14 +194,30 @@ class InferenceScheduler:
             if batch is None:
                 return
             started = time.perf_counter()
+            timer = StageTimer()
             try:
-                results = self.engine.decode_batch([job.request for job in batch])
+                results = self.engine.decode_batch([job.request for job in batch], timer)
             except Exception as exc:  # one bad batch must not kill the worker
                 log.exception("decode failed for a batch of %d", len(batch))
                 for job in batch:
                     _post(job, None, exc)
                 continue
-            decode_ms = (time.perf_counter() - started) * 1000.0
+            finished = time.perf_counter()
             for job, result in zip(batch, results, strict=True):
-                outcome = DecodeOutcome(result, (started - job.submitted) * 1000.0, decode_ms, len(batch))
+                outcome = DecodeOutcome(result, (started - job.submitted) * 1000.0, (finished - started) * 1000.0,
+                                        len(batch))
                 _post(job, outcome)
+                if self._observer is not None:
+                    self._observer(Priority(job.priority), started - job.submitted, finished - started)
+                self._trace(job, started, timer, len(batch))
+
+    def _trace(self, job: _Job, started: float, timer: StageTimer, batch_size: int) -> None:
+        tracer = self._tracer
+        if tracer is None or job.trace is None or not tracer.enabled:
+            return
+        kind = Priority(job.priority).name.lower()
+        args = {**job.trace.args, "kind": kind, "batch": batch_size}
+        tracer.add("scheduler.queue_wait", "scheduler", tracer.to_us(job.submitted),
+                   int((started - job.submitted) * 1e6), job.trace.track, args)
+        for stage, begin, end in timer.stages:
+            tracer.add(f"asr.{stage}", "asr", tracer.to_us(begin), int((end - begin) * 1e6), job.trace.track, args)

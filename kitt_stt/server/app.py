@@ -12,15 +12,19 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, WebSocket
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi import FastAPI, Request, WebSocket
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kitt_stt.asr.engine import AsrEngine
 from kitt_stt.config.schema import AppConfig
+from kitt_stt.observability.logbuffer import RecentLogBuffer
+from kitt_stt.observability.metrics import Metrics
+from kitt_stt.observability.trace import Tracer, TraceWriter
 from kitt_stt.protocol.codec import encode_server_frame
 from kitt_stt.protocol.errors import ErrorCode
 from kitt_stt.protocol.frames import ErrorFrame
-from kitt_stt.scheduler import InferenceScheduler
+from kitt_stt.scheduler import InferenceScheduler, Priority
 from kitt_stt.server.connection import CLOSE_TRY_AGAIN_LATER, Connection
 from kitt_stt.server.state import ServiceState
 from kitt_stt.turnsense.runner import TurnModelRunner
@@ -28,13 +32,37 @@ from kitt_stt.turnsense.runner import TurnModelRunner
 log = logging.getLogger(__name__)
 
 
-def create_app(config: AppConfig, engine: AsrEngine, turn_model: TurnModelRunner | None = None) -> FastAPI:
-    scheduler = InferenceScheduler(engine, workers=config.asr.workers, max_batch=config.asr.max_batch)
-    state = ServiceState(config=config, engine=engine, scheduler=scheduler, turn_model=turn_model)
+def create_app(config: AppConfig, engine: AsrEngine, turn_model: TurnModelRunner | None = None,
+               log_buffer: RecentLogBuffer | None = None, load_seconds: float = 0.0) -> FastAPI:
+    metrics = Metrics()
+    tracing = config.tracing
+    tracer = Tracer(tracing.max_events, tracing.max_bytes) if tracing.enabled or config.debug.trace_enabled else None
+    writer = TraceWriter(tracer, tracing.path, tracing.flush_interval_s, tracing.keep_files) \
+        if tracer is not None and tracing.enabled else None
+
+    def observe_decode(priority: Priority, queue_s: float, decode_s: float) -> None:
+        kind = priority.name.lower()
+        metrics.queue_wait.labels(kind).observe(queue_s)
+        metrics.decode.labels(kind).observe(decode_s)
+
+    scheduler = InferenceScheduler(engine, workers=config.asr.workers, max_batch=config.asr.max_batch,
+                                   tracer=tracer, observer=observe_decode)
+    state = ServiceState(config=config, engine=engine, scheduler=scheduler, turn_model=turn_model,
+                         metrics=metrics, tracer=tracer, log_buffer=log_buffer)
+    metrics.model_load.set(load_seconds)
+    metrics.bind(
+        queue_depth=lambda: scheduler.queue_depth,
+        buffered_bytes=lambda: state.buffered_bytes,
+        connections=lambda: len(state.connections),
+        seats=lambda: state.seat_count,
+        trace_events=lambda: tracer.size[0] if tracer is not None else 0,
+    )
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         scheduler.start()
+        if writer is not None:
+            writer.start()
         warm = asyncio.create_task(_warm_up(state))
         try:
             yield
@@ -44,6 +72,9 @@ def create_app(config: AppConfig, engine: AsrEngine, turn_model: TurnModelRunner
             scheduler.stop()
             if turn_model is not None:
                 turn_model.close()
+            if writer is not None:
+                writer.stop()
+                await asyncio.to_thread(writer.write_now)
 
     app = FastAPI(title="kitt-stt", lifespan=lifespan)
     app.state.service = state
@@ -64,6 +95,25 @@ def create_app(config: AppConfig, engine: AsrEngine, turn_model: TurnModelRunner
             body["error"] = state.load_error
         return JSONResponse(body, status_code=200 if state.ready else 503)
 
+    @app.get("/metrics")
+    async def prometheus_metrics() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/debug/logs")
+    async def debug_logs(request: Request) -> Response:
+        refusal = _debug_refusal(request, config.debug.logs_enabled and log_buffer is not None, config.debug.token)
+        if refusal is not None or log_buffer is None:
+            return refusal or PlainTextResponse("not found", status_code=404)
+        return PlainTextResponse("\n".join(log_buffer.lines()) + "\n", media_type="application/x-ndjson")
+
+    @app.get("/debug/trace")
+    async def debug_trace(request: Request) -> Response:
+        refusal = _debug_refusal(request, config.debug.trace_enabled and tracer is not None, config.debug.token)
+        if refusal is not None or tracer is None:
+            return refusal or PlainTextResponse("not found", status_code=404)
+        body = await asyncio.to_thread(tracer.render_snapshot)
+        return Response(body, media_type="application/json")
+
     @app.websocket(config.server.path)
     async def stt(websocket: WebSocket) -> None:
         refusal = _authorisation_failure(websocket, config.server.auth_token)
@@ -73,6 +123,7 @@ def create_app(config: AppConfig, engine: AsrEngine, turn_model: TurnModelRunner
         await websocket.accept()
         reason = _cannot_accept(state)
         if reason is not None:
+            metrics.refused_total.labels(_refusal_kind(state)).inc()
             frame = ErrorFrame(code=ErrorCode.OVERLOADED.value, message=reason, fatal=True)
             await websocket.send_bytes(encode_server_frame(frame))
             await websocket.close(CLOSE_TRY_AGAIN_LATER)
@@ -104,6 +155,25 @@ def _cannot_accept(state: ServiceState) -> str | None:
         return "server is still loading its model; retry shortly"
     if len(state.connections) >= state.config.server.max_connections:
         return f"server is at its limit of {state.config.server.max_connections} sessions"
+    return None
+
+
+def _refusal_kind(state: ServiceState) -> str:
+    if state.draining:
+        return "draining"
+    return "not_ready" if not state.ready else "full"
+
+
+def _debug_refusal(request: Request, enabled: bool, token: str | None) -> Response | None:
+    """404 when the endpoint is off; 401 without the debug token, 403 with a wrong one."""
+    if not enabled or not token:
+        return PlainTextResponse("not found", status_code=404)
+    header = request.headers.get("authorization", "")
+    offered = header[7:].strip() if header.lower().startswith("bearer ") else None
+    if not offered:
+        return PlainTextResponse("unauthorized: bearer token required", status_code=401)
+    if not hmac.compare_digest(offered.encode(), token.encode()):
+        return PlainTextResponse("forbidden: invalid token", status_code=403)
     return None
 
 

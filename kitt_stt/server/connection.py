@@ -18,9 +18,11 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from kitt_stt.audio.vad import EndReason
 from kitt_stt.hotwords import parse_hotwords
+from kitt_stt.observability.logbuffer import session_id as session_context
+from kitt_stt.observability.trace import Track
 from kitt_stt.pipeline.eot import EotPolicy, SilenceTimeoutPolicy, TurnSensePolicy
 from kitt_stt.pipeline.rate_limit import AudioRateLimiter
-from kitt_stt.pipeline.seat import SeatPipeline
+from kitt_stt.pipeline.seat import SeatObservers, SeatPipeline
 from kitt_stt.pipeline.settings import SessionSettings
 from kitt_stt.protocol.codec import decode_client_frame, encode_server_frame
 from kitt_stt.protocol.errors import ErrorCode, ProtocolError
@@ -28,8 +30,10 @@ from kitt_stt.protocol.frames import (
     AudioFrame,
     ClientFrame,
     CloseFrame,
+    CommitFrame,
     ConfigureFrame,
     ErrorFrame,
+    FinalFrame,
     FinalizeFrame,
     Limits,
     ModelInfo,
@@ -63,7 +67,12 @@ class Connection:
         )
         self._seats: dict[str, SeatPipeline] = {}
         self._limiters: dict[str, AudioRateLimiter] = {}
-        self._outbox: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self._outbox: asyncio.Queue[tuple[bytes, str, str | None] | None] = asyncio.Queue()
+        self._outbox_bytes = 0
+        self._metrics = state.metrics
+        self._tracer = state.tracer
+        self._pid = self._tracer.new_process(f"session {self.session_id[:8]}") if self._tracer else 0
+        self._track = Track(self._pid, 0)
         self._sender: asyncio.Task[None] | None = None
         self._finished = asyncio.Event()
         self._closing = False
@@ -80,14 +89,41 @@ class Connection:
                 self._closing = True
                 asyncio.get_running_loop().create_task(self._abort(CLOSE_TRY_AGAIN_LATER))
             return
-        self._outbox.put_nowait(encode_server_frame(frame))
+        payload = encode_server_frame(frame)
+        kind = frame.type  # type: ignore[attr-defined]
+        self._observe_outbound(frame, kind)
+        self._outbox_bytes += len(payload)
+        self._outbox.put_nowait((payload, kind, getattr(frame, "seat", None)))
+
+    def _observe_outbound(self, frame: ServerFrame, kind: str) -> None:
+        metrics = self._metrics
+        metrics.frames_out.labels(kind).inc()
+        if isinstance(frame, FinalFrame):
+            metrics.final_latency.observe(frame.server_latency_ms / 1000.0)
+        elif isinstance(frame, CommitFrame):
+            decision = frame.metadata["eot"]["decision"]
+            metrics.commits.labels(decision["reason"]).inc()
+            metrics.eot_latency.observe(decision["wait_ms"] / 1000.0)
+        elif isinstance(frame, ErrorFrame):
+            metrics.errors.labels(frame.code).inc()
 
     async def _send_loop(self) -> None:
+        tracer = self._tracer
         try:
-            while (payload := await self._outbox.get()) is not None:
+            while (item := await self._outbox.get()) is not None:
+                payload, kind, seat = item
+                self._outbox_bytes -= len(payload)
+                started = tracer.now_us() if tracer else 0
                 await self._ws.send_bytes(payload)
+                if tracer:
+                    tracer.add("ws.send", "ws", started, tracer.now_us() - started, self._seat_track(seat),
+                               {"session": self.session_id, "seat": seat, "type": kind})
         except (WebSocketDisconnect, RuntimeError, OSError):
             self._closing = True  # the peer is gone; the receive loop will notice
+
+    def _seat_track(self, seat: str | None) -> Track:
+        pipeline = self._seats.get(seat) if seat else None
+        return pipeline.track if pipeline is not None else self._track
 
     def _error(self, error: ProtocolError) -> None:
         self.send(ErrorFrame(code=error.code.value, message=error.message, fatal=error.fatal, seat=error.seat))
@@ -95,6 +131,8 @@ class Connection:
     # ----- session -----------------------------------------------------------------------------
 
     async def serve(self) -> None:
+        session_context.set(self.session_id)
+        self._metrics.connections_total.inc()
         self._sender = asyncio.create_task(self._send_loop())
         self.send(self._ready_frame())
         try:
@@ -128,17 +166,31 @@ class Connection:
                 self._error(ProtocolError(ErrorCode.BAD_FRAME,
                                           "text messages are not accepted: send one binary msgpack map per message"))
                 continue
-            try:
-                frame = decode_client_frame(payload)
-                if isinstance(frame, CloseFrame):
-                    await self._finish(EndReason.STOP)
-                    return
-                self._dispatch(frame)
-            except ProtocolError as error:
-                self._error(error)
-            except Exception:
-                log.exception("session %s: frame handling failed", self.session_id)
-                self._error(ProtocolError(ErrorCode.INTERNAL, "internal error while handling the frame"))
+            if await self._handle(payload):
+                return
+
+    async def _handle(self, payload: bytes) -> bool:
+        """Handle one binary message; True when it was ``close`` and the session is over."""
+        started = self._tracer.now_us() if self._tracer else 0
+        kind, seat = "invalid", None
+        try:
+            frame = decode_client_frame(payload)
+            kind, seat = frame.type, getattr(frame, "seat", None)  # type: ignore[attr-defined]
+            self._metrics.frames_in.labels(kind).inc()
+            if isinstance(frame, CloseFrame):
+                await self._finish(EndReason.STOP)
+                return True
+            self._dispatch(frame)
+        except ProtocolError as error:
+            self._error(error)
+        except Exception:
+            log.exception("session %s: frame handling failed", self.session_id)
+            self._error(ProtocolError(ErrorCode.INTERNAL, "internal error while handling the frame"))
+        finally:
+            if self._tracer:
+                self._tracer.add("ws.receive", "ws", started, self._tracer.now_us() - started,
+                                 self._seat_track(seat), {"session": self.session_id, "seat": seat, "type": kind})
+        return False
 
     async def shutdown(self) -> None:
         """Server is stopping: flush every seat (reason ``stop``) and close with 1000."""
@@ -162,7 +214,7 @@ class Connection:
         if self._sender is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(self._sender), timeout=5)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 self._sender.cancel()
         with contextlib.suppress(RuntimeError, OSError):
             await self._ws.close(code)
@@ -180,6 +232,8 @@ class Connection:
             seat.close()
         self._seats.clear()
         self._limiters.clear()
+        if self._tracer:
+            self._tracer.forget_process(self._pid)
         if not self._finished.is_set():
             self._finished.set()
             self._outbox.put_nowait(None)
@@ -188,7 +242,12 @@ class Connection:
 
     @property
     def buffered_bytes(self) -> int:
-        return sum(seat.buffered_bytes for seat in self._seats.values())
+        """Audio held by this session's seats plus encoded frames waiting for the socket."""
+        return sum(seat.buffered_bytes for seat in self._seats.values()) + self._outbox_bytes
+
+    @property
+    def seat_count(self) -> int:
+        return len(self._seats)
 
     # ----- frames ------------------------------------------------------------------------------
 
@@ -265,6 +324,7 @@ class Connection:
                                           "audio is arriving faster than the allowed rate; frames are being dropped",
                                           frame.seat))
             return
+        self._metrics.audio_seconds.inc(size / 32000.0)
         seat.push_audio(np.frombuffer(frame.pcm, dtype="<i2"))
 
     def _policy(self) -> EotPolicy:
@@ -281,10 +341,14 @@ class Connection:
         if len(self._seats) >= limit:
             raise ProtocolError(ErrorCode.TOO_MANY_SEATS,
                                 f"this connection already has {limit} seats; seat {name!r} refused", name)
+        track = Track(self._pid, len(self._seats) + 1)
+        if self._tracer:
+            self._tracer.name_track(track, f"seat {name}")
         seat = SeatPipeline(
             seat=name, config=self._config, settings=lambda: self._settings,
             scheduler=self._state.scheduler, policy=self._policy(), emit=self.send, owner=self,
             turn_model=self._state.turn_model,
+            observe=SeatObservers(self._tracer, track, self.session_id, self._metrics),
         )
         self._seats[name] = seat
         self._limiters[name] = AudioRateLimiter(self._config.server.rate_limit)

@@ -10,6 +10,9 @@ from typing import TYPE_CHECKING
 
 from kitt_stt.asr.engine import AsrEngine
 from kitt_stt.config.schema import AppConfig
+from kitt_stt.observability.logbuffer import RecentLogBuffer
+from kitt_stt.observability.metrics import Metrics
+from kitt_stt.observability.trace import Tracer
 from kitt_stt.scheduler import InferenceScheduler
 from kitt_stt.turnsense.runner import TurnModelRunner
 
@@ -25,6 +28,9 @@ class ServiceState:
     engine: AsrEngine
     scheduler: InferenceScheduler
     turn_model: TurnModelRunner | None = None
+    metrics: Metrics = field(default_factory=Metrics)
+    tracer: Tracer | None = None
+    log_buffer: RecentLogBuffer | None = None
     connections: set[Connection] = field(default_factory=set)
     ready: bool = False
     draining: bool = False
@@ -38,7 +44,16 @@ class ServiceState:
         if self.turn_model is not None:
             self.turn_model.warm_up()
         self.warm_up_ms = (time.perf_counter() - started) * 1000.0
+        self.metrics.warm_up.set(self.warm_up_ms / 1000.0)
         log.info("engine %s warmed up in %.0f ms", self.engine.info.name, self.warm_up_ms)
+
+    @property
+    def buffered_bytes(self) -> int:
+        return sum(connection.buffered_bytes for connection in self.connections)
+
+    @property
+    def seat_count(self) -> int:
+        return sum(connection.seat_count for connection in self.connections)
 
     async def drain(self, timeout_s: float) -> None:
         """Refuse new sessions, flush every open one (finals + commits, reason ``stop``), close them."""

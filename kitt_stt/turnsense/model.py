@@ -30,6 +30,7 @@ class TurnPrediction:
     probability: float
     features_ms: float
     model_ms: float
+    started: float = 0.0  # time.perf_counter() when feature extraction began
 
 
 class TurnSenseModel:
@@ -70,4 +71,4 @@ class TurnSenseModel:
         (output,) = self._session.run(None, {self._input: features})
         done = time.perf_counter()
         return TurnPrediction(float(np.asarray(output).reshape(-1)[0]), (mid - started) * 1000.0,
-                              (done - mid) * 1000.0)
+                              (done - mid) * 1000.0, started)

@@ -1,0 +1,2 @@
+"""Observability: the Chrome-trace tracer (``trace``), Prometheus metrics (``metrics``), the
+in-memory debug log ring and log context (``logbuffer``)."""
