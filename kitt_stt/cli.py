@@ -23,6 +23,7 @@ def _fail(message: str) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from kitt_stt.asr.factory import build_engine
+    from kitt_stt.asr.providers import ProviderError
     from kitt_stt.asr.sense_voice_model import ModelError
     from kitt_stt.logs import configure_logging
     from kitt_stt.server.app import create_app
@@ -38,7 +39,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     try:
         engine = build_engine(config)
-    except (ModelError, ValueError) as exc:
+    except (ModelError, ProviderError, ValueError) as exc:
         return _fail(f"cannot load the ASR model: {exc}")
     try:
         turn_model = build_turn_model(config)
@@ -156,6 +157,27 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_trt_build(args: argparse.Namespace) -> int:
+    from kitt_stt.asr.providers import ProviderError, build_ep_context
+    from kitt_stt.asr.sense_voice_model import ModelError, load_sense_voice_model
+    from kitt_stt.config.schema import Provider
+    from kitt_stt.models.registry import resolve_model
+
+    try:
+        config = load_config(args.config).config
+        resolved = resolve_model(config.asr.model, config.models.cache_dir)
+        model = load_sense_voice_model(resolved.directory, prefer_int8=False)
+        asr = config.asr.model_copy(update={"provider": Provider.TENSORRT})
+        output = Path(args.out) if args.out else model.directory / "model.trt_ctx.onnx"
+        print(f"building the TensorRT engine for {model.model_path} (this takes about a minute) ...", flush=True)
+        started = time.perf_counter()
+        build_ep_context(model.model_path, asr, output)
+    except (ConfigError, ModelError, ProviderError) as exc:
+        return _fail(str(exc))
+    print(f"wrote {output} in {time.perf_counter() - started:.0f} s; set asr.tensorrt.ep_context_model: {output}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kitt-stt", description="Streaming speech-to-text service")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -202,6 +224,13 @@ def build_parser() -> argparse.ArgumentParser:
     prepare = model_commands.add_parser("prepare", help="install the configured asr.model and turn.model")
     prepare.add_argument("--config")
     prepare.set_defaults(handler=cmd_models_prepare)
+
+    trt = commands.add_parser("trt", help="TensorRT tools")
+    trt_commands = trt.add_subparsers(dest="trt_command", required=True)
+    trt_build = trt_commands.add_parser("build", help="build the engine ahead of time and write an EP-context model")
+    trt_build.add_argument("--config")
+    trt_build.add_argument("--out", help="EP-context model path (default: MODEL_DIR/model.trt_ctx.onnx)")
+    trt_build.set_defaults(handler=cmd_trt_build)
 
     transcribe = commands.add_parser("transcribe", help="stream a WAV file and print the results")
     transcribe.add_argument("file")

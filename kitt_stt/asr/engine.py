@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from kitt_stt.asr.features import FeatureStream
 from kitt_stt.hotwords import Hotword
 
 
@@ -31,6 +32,7 @@ class DecodeOptions:
 class AsrRequest:
     samples: np.ndarray  # int16, 16 kHz, mono
     options: DecodeOptions = DecodeOptions()
+    features: FeatureStream | None = None  # the segment's incremental fbank, for engines that use one
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,10 @@ class AsrEngine(ABC):
     @abstractmethod
     def decode_batch(self, requests: Sequence[AsrRequest], timer: StageTimer | None = None) -> list[AsrResult]:
         """Decode each request; the i-th result belongs to the i-th request."""
+
+    def new_feature_stream(self) -> FeatureStream | None:
+        """An incremental front end for one segment, if this engine can use one."""
+        return None
 
     def warm_up(self) -> None:
         """Run one tiny decode so the first real request does not pay for lazy initialisation."""

@@ -6,6 +6,8 @@ model's prototypes today, the onnxruntime SenseVoice engine later) uses the same
 
 from __future__ import annotations
 
+import threading
+
 import kaldi_native_fbank as knf
 import numpy as np
 
@@ -16,7 +18,8 @@ LFR_SHIFT = 6
 
 
 def fbank_options() -> knf.FbankOptions:
-    """Options sherpa-onnx uses for SenseVoice: 80 bins, hamming, snip_edges, no dither."""
+    """Options sherpa-onnx uses for SenseVoice: 80 bins, hamming, snip_edges, no dither, mel
+    bands from 20 Hz up to Nyquist (``high_freq = 0``; kaldi-native-fbank's default is -400)."""
     opts = knf.FbankOptions()
     opts.frame_opts.samp_freq = SAMPLE_RATE
     opts.frame_opts.dither = 0.0
@@ -24,13 +27,17 @@ def fbank_options() -> knf.FbankOptions:
     opts.frame_opts.window_type = "hamming"
     opts.mel_opts.num_bins = NUM_MEL_BINS
     opts.mel_opts.low_freq = 20.0
+    opts.mel_opts.high_freq = 0.0
     return opts
 
 
 def log_mel(audio: np.ndarray) -> np.ndarray:
-    """Float audio in [-1, 1] -> (frames, 80) log-mel, scaled to int16 range as sherpa does."""
+    """Audio -> (frames, 80) log-mel.  Float input is in [-1, 1] and scaled to the int16 range as
+    sherpa-onnx does (``normalize_samples=0``); int16 input is used as is."""
+    audio = np.asarray(audio)
+    scaled = audio.astype(np.float32) if audio.dtype == np.int16 else audio.astype(np.float32) * 32768.0
     fbank = knf.OnlineFbank(fbank_options())
-    fbank.accept_waveform(SAMPLE_RATE, (np.asarray(audio, dtype=np.float32) * 32768.0).tolist())
+    fbank.accept_waveform(SAMPLE_RATE, scaled.tolist())
     fbank.input_finished()
     if fbank.num_frames_ready == 0:
         return np.zeros((0, NUM_MEL_BINS), dtype=np.float32)
@@ -50,3 +57,35 @@ def apply_lfr(frames: np.ndarray) -> np.ndarray:
     )
     windows = [padded[LFR_SHIFT * t : LFR_SHIFT * t + LFR_WINDOW].reshape(-1) for t in range(out_count)]
     return np.stack(windows).astype(np.float32)
+
+
+class FeatureStream:
+    """Fbank frames of one growing segment, computed once per sample.
+
+    Each decode of an open segment (interims, then the final) hands over the segment's whole
+    PCM so far; only the samples not seen before go through the fbank.  A lock makes
+    overlapping decodes of the same segment (an interim still running when the final starts)
+    safe.
+    """
+
+    def __init__(self) -> None:
+        self._fbank = knf.OnlineFbank(fbank_options())
+        self._consumed = 0
+        self._frames = np.zeros((0, NUM_MEL_BINS), dtype=np.float32)
+        self._lock = threading.Lock()
+
+    def frames_for(self, samples: np.ndarray) -> np.ndarray:
+        """Fbank frames for ``samples`` (int16), which must extend what earlier calls saw."""
+        with self._lock:
+            if samples.shape[0] < self._consumed:
+                raise ValueError("a feature stream only grows; this audio is shorter than before")
+            fresh = samples[self._consumed :]
+            if fresh.shape[0]:
+                self._fbank.accept_waveform(SAMPLE_RATE, fresh.astype(np.float32).tolist())
+                self._consumed = samples.shape[0]
+                ready = self._fbank.num_frames_ready
+                have = self._frames.shape[0]
+                if ready > have:
+                    new = np.stack([self._fbank.get_frame(i) for i in range(have, ready)]).astype(np.float32)
+                    self._frames = np.concatenate([self._frames, new])
+            return self._frames

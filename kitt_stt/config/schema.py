@@ -46,9 +46,56 @@ class ServerConfig(_Section):
     shutdown_grace_s: float = Field(default=10.0, ge=0)
 
 
+class CudaOptions(_Section):
+    """onnxruntime CUDA execution provider options (``asr.cuda``)."""
+
+    device_id: int = Field(default=0, ge=0)
+    gpu_mem_limit_mb: int | None = Field(default=None, ge=256)
+    arena_extend_strategy: str = "kSameAsRequested"
+    cudnn_conv_algo_search: str = "HEURISTIC"
+
+
+class TensorRTOptions(_Section):
+    """onnxruntime TensorRT execution provider options (``asr.tensorrt``).
+
+    The optimisation profile covers ``x`` [batch, T, 560] with T in LFR frames (60 ms each):
+    1 / 100 / 2000 frames is 60 ms / 6 s / 120 s of audio; batch up to ``asr.max_batch``.
+    """
+
+    fp16: bool = True
+    engine_cache_path: Path = Path("trt-cache/engines")
+    timing_cache_path: Path = Path("trt-cache/timing")
+    max_workspace_mb: int = Field(default=4096, ge=64)
+    builder_optimization_level: int = Field(default=3, ge=0, le=5)
+    profile_min_frames: int = Field(default=1, ge=1)
+    profile_opt_frames: int = Field(default=100, ge=1)
+    profile_max_frames: int = Field(default=2000, ge=1)
+    ep_context_model: Path | None = None
+
+    @model_validator(mode="after")
+    def _ordered_profile(self) -> TensorRTOptions:
+        if not self.profile_min_frames <= self.profile_opt_frames <= self.profile_max_frames:
+            raise ValueError("profile frames must satisfy min <= opt <= max")
+        return self
+
+
+class Engine(StrEnum):
+    SHERPA = "sherpa"
+    ONNXRUNTIME = "onnxruntime"
+
+
+class Decoding(_Section):
+    method: str = Field(default="greedy", pattern="^(greedy|beam)$")
+    max_active_paths: int = Field(default=4, ge=1, le=64)
+
+
 class AsrConfig(_Section):
     model: str = "tone"
+    engine: Engine = Engine.ONNXRUNTIME
     provider: Provider = Provider.CPU
+    cuda: CudaOptions = CudaOptions()
+    tensorrt: TensorRTOptions = TensorRTOptions()
+    decoding: Decoding = Decoding()
     num_threads: int = Field(default=1, ge=1)
     workers: int = Field(default=2, ge=1, le=64)
     max_batch: int = Field(default=4, ge=1, le=64)

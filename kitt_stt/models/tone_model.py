@@ -13,7 +13,9 @@ How it decides, per 10 ms fbank frame ("sub-frame") of the LFR input:
 2. an *onset* is a voiced sub-frame after an unvoiced one;
 3. at an onset, the log-mel spectrum averaged over the following voiced run (up to 100 ms) is
    detrended and compared (cosine) with one prototype per pitch; a match above
-   ``MATCH_THRESHOLD`` emits that pitch's token in the LFR frame that holds the onset.
+   ``MATCH_THRESHOLD`` emits that pitch's token in the LFR frame that holds the onset.  The
+   logits there are soft (``SCORE`` for the best pitch, ``SHARPNESS`` x cosine gap less for the
+   others), so a buzz between two pitches gives two close scores that hotwords can tip.
 
 Emitting once per onset (instead of once per voiced frame) is what lets 80 ms bursts separated
 by 60 ms gaps decode exactly despite the 60 ms LFR frame rate: two onsets are always >= 140 ms
@@ -62,6 +64,7 @@ ENERGY_FLOOR = -3.0  # digital silence is about -12; a buzz at peak 0.01 is abou
 LOCAL_MAX_RADIUS = 12  # sub-frames (120 ms) either side
 RUN_LENGTH = 10  # sub-frames averaged after an onset
 SCORE = 10.0
+SHARPNESS = 40.0  # logit units per unit of cosine gap between the best pitch and another
 OPSET = 17
 
 
@@ -171,6 +174,9 @@ def build_graph() -> onnx.ModelProto:
         _const("threshold", MATCH_THRESHOLD),
         _const("score", SCORE),
         _const("neg_score", -SCORE),
+        _const("sharpness", SHARPNESS),
+        _const("silent_offset", 3 * SCORE),
+        _const("shape_emit", [0, -1, LFR_SHIFT], np.int64),
         _const("detrend", detrend),
         _const("prototypes_t", prototypes.T),
         _const("pad_prev", [0, 1, 0, 0], np.int64),
@@ -245,19 +251,26 @@ def build_graph() -> onnx.ModelProto:
         n("Greater", ["best", "threshold"], ["matched_b"]),
         n("Cast", ["matched_b"], ["matched"], to=TensorProto.FLOAT),
         n("Mul", ["onset", "matched"], ["emit"]),
-        n("Hardmax", ["similarity"], ["best_onehot"], axis=-1),
+        # Soft scores at an onset: SCORE for the best pitch, less by SHARPNESS x cosine gap for the
+        # others, so a buzz between two pitches yields two close logits; -3 x SCORE elsewhere.
+        n("ReduceMax", ["similarity"], ["best_k"], axes=[2], keepdims=1),
+        n("Sub", ["similarity", "best_k"], ["gap"]),
+        n("Mul", ["gap", "sharpness"], ["gap_scaled"]),
+        n("Add", ["gap_scaled", "score"], ["soft"]),
+        n("Add", ["soft", "silent_offset"], ["soft_lifted"]),
         n("Unsqueeze", ["emit", "axis2"], ["emit3"]),
-        n("Mul", ["best_onehot", "emit3"], ["sub_scores"]),
+        n("Mul", ["soft_lifted", "emit3"], ["sub_lifted"]),
+        n("Sub", ["sub_lifted", "silent_offset"], ["sub_scores"]),
         n("Reshape", ["sub_scores", "shape_frames"], ["frame_sub_scores"]),
-        n("ReduceMax", ["frame_sub_scores"], ["tone_hits"], axes=[2], keepdims=0),
-        n("ReduceMax", ["tone_hits"], ["any_hit"], axes=[2], keepdims=1),
+        n("ReduceMax", ["frame_sub_scores"], ["tone_logits"], axes=[2], keepdims=0),
+        n("Reshape", ["emit", "shape_emit"], ["frame_emit"]),
+        n("ReduceMax", ["frame_emit"], ["any_hit"], axes=[2], keepdims=1),
         n("Sub", ["one_f", "any_hit"], ["blank_hit"]),
         n("Mul", ["blank_hit", "score"], ["blank_logit"]),
         n("Mul", ["blank_hit", "one_f"], ["special_base_tmp"]),
         n("Sub", ["special_base_tmp", "special_base_tmp"], ["special_zero"]),
         n("Add", ["special_zero", "neg_score"], ["special_one"]),
         n("Tile", ["special_one", "special_repeats"], ["special_logits"]),
-        n("Mul", ["tone_hits", "score"], ["tone_logits"]),
         n("Concat", ["blank_logit", "special_logits", "tone_logits"], ["body"], axis=2),
         # The four SenseVoice prefix frames: language, emotion, event, text-norm.
         n("Shape", ["x"], ["x_shape"]),

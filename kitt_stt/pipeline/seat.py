@@ -151,6 +151,7 @@ class SeatPipeline:
             start_ms=event.audio_ms,
             options=settings.decode_options(),
             interim_enabled=settings.interim,
+            features=self._scheduler.engine.new_feature_stream(),
         )
         self._next_segment_id += 1
         segment.buffer.append(event.preroll)
@@ -208,7 +209,7 @@ class SeatPipeline:
     # ----- decodes -----------------------------------------------------------------------------
 
     async def _run_interim(self, segment: Segment, audio_ms: int) -> None:
-        request = AsrRequest(segment.buffer.view(), segment.options)
+        request = AsrRequest(segment.buffer.view(), segment.options, segment.features)
         try:
             outcome = await self._scheduler.submit(request, Priority.INTERIM, self._owner,
                                                    coalesce_key=(self._owner, self.seat),
@@ -225,7 +226,7 @@ class SeatPipeline:
         self._emit(InterimFrame(seat=self.seat, segment_id=segment.segment_id, text=text, audio_ms=audio_ms))
 
     async def _run_final(self, segment: Segment, turn: Turn, previous: asyncio.Task[None] | None) -> None:
-        request = AsrRequest(segment.buffer.view(), segment.options)
+        request = AsrRequest(segment.buffer.view(), segment.options, segment.features)
         text, lang, timing = "", None, {}
         try:
             outcome = await self._scheduler.submit(request, Priority.FINAL, self._owner,

@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, field
 
 from kitt_stt.asr.engine import DecodeOptions
+from kitt_stt.asr.features import FeatureStream
 from kitt_stt.audio.buffer import PcmBuffer
 from kitt_stt.config.schema import InterimConfig
 
@@ -17,6 +18,7 @@ class Segment:
     options: DecodeOptions
     interim_enabled: bool
     buffer: PcmBuffer = field(default_factory=PcmBuffer)
+    features: FeatureStream | None = None
     closed: bool = False
     end_ms: int = 0
     end_reason: str = ""

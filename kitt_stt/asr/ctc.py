@@ -1,0 +1,180 @@
+"""CTC decoding over logits: greedy (exactly as sherpa-onnx does it) and prefix beam search
+with hotword biasing.
+
+Hotwords live in a token trie.  Every token that extends a partial hotword match earns the
+hotword's boost (in natural-log units) on the hypothesis's score; when the match then fails,
+the bonus collected for it is taken back, so a partial match never keeps a lasting advantage.
+A completed match keeps its bonus.  Tokens that start or continue a hotword are considered
+at every frame even outside the top candidates, but only when the model gives them a log
+probability above ``HOTWORD_FLOOR``: a hotword can tip a close call, never invent a word.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kitt_stt.hotwords import Hotword
+
+NEG_INF = float("-inf")
+CANDIDATES_PER_FRAME = 8
+HOTWORD_FLOOR = -8.0
+
+
+@dataclass
+class CtcResult:
+    token_ids: list[int]
+    frames: list[int]  # the frame where each token was emitted
+
+
+def greedy(logits: np.ndarray, length: int, blank: int = 0) -> CtcResult:
+    """Argmax per frame over the first ``length`` frames; repeats collapse, blanks drop."""
+    best = np.argmax(logits[:length], axis=-1)
+    tokens, frames, previous = [], [], blank
+    for frame, token in enumerate(best.tolist()):
+        if token != blank and token != previous:
+            tokens.append(token)
+            frames.append(frame)
+        previous = token
+    return CtcResult(tokens, frames)
+
+
+@dataclass
+class _Node:
+    children: dict[int, _Node] = field(default_factory=dict)
+    boost: float = 0.0
+    is_end: bool = False
+
+
+class HotwordTrie:
+    """Hotwords as token-id sequences; each node knows the boost of the words through it."""
+
+    def __init__(self, entries: Sequence[tuple[Sequence[int], float]]) -> None:
+        self.root = _Node()
+        for token_ids, boost in entries:
+            if not token_ids:
+                continue
+            node = self.root
+            for token in token_ids:
+                node = node.children.setdefault(token, _Node())
+                node.boost = max(node.boost, boost)
+            node.is_end = True
+
+    def __bool__(self) -> bool:
+        return bool(self.root.children)
+
+
+def tokenize_hotword(word: Hotword, vocabulary: dict[str, int]) -> list[int]:
+    """Greedy longest match of the hotword's text against the vocabulary.
+
+    SentencePiece vocabularies mark word starts with '▁', so each space-separated word is tried
+    with that prefix first.  Characters that match nothing are skipped (and reported by
+    returning fewer tokens; an empty list means the word cannot be biased).
+    """
+    ids: list[int] = []
+    for word_text in word.text.split():
+        position, first = 0, True
+        while position < len(word_text):
+            match = None
+            for end in range(len(word_text), position, -1):
+                piece = word_text[position:end]
+                for candidate in ((f"▁{piece}", piece) if first else (piece,)):
+                    if candidate in vocabulary:
+                        match = (vocabulary[candidate], end)
+                        break
+                if match:
+                    break
+            if match is None:
+                position += 1
+            else:
+                ids.append(match[0])
+                position = match[1]
+            first = False
+    return ids
+
+
+@dataclass
+class _Hyp:
+    p_blank: float = NEG_INF
+    p_token: float = NEG_INF
+    node: _Node | None = None  # position in the hotword trie (None: root)
+    partial: float = 0.0  # bonus of the current, unfinished hotword match
+    bonus: float = 0.0  # total hotword bonus, partial included
+    frames: tuple[int, ...] = ()
+
+    @property
+    def acoustic(self) -> float:
+        return float(np.logaddexp(self.p_blank, self.p_token))
+
+    @property
+    def score(self) -> float:
+        return self.acoustic + self.bonus
+
+
+def _advance(trie: HotwordTrie, hyp: _Hyp, token: int) -> tuple[_Node | None, float, float]:
+    """Trie state after emitting ``token``: (node, partial bonus, total bonus)."""
+    node = hyp.node or trie.root
+    child = node.children.get(token)
+    bonus, partial = hyp.bonus, hyp.partial
+    if child is None and node is not trie.root:
+        bonus -= partial  # the partial match failed: take its bonus back
+        partial = 0.0
+        child = trie.root.children.get(token)
+    if child is None:
+        return None, partial, bonus
+    partial += child.boost
+    bonus += child.boost
+    if child.is_end:
+        partial = 0.0  # a finished match keeps its bonus for good
+        if not child.children:
+            return None, partial, bonus
+    return child, partial, bonus
+
+
+def beam_search(logits: np.ndarray, length: int, beam: int, trie: HotwordTrie | None = None,
+                blank: int = 0) -> CtcResult:
+    """CTC prefix beam search over log-softmaxed logits, with optional hotword biasing."""
+    frames = logits[:length].astype(np.float64)
+    log_probs = frames - np.logaddexp.reduce(frames, axis=-1, keepdims=True)
+    hotword_starts = set(trie.root.children) if trie else set()
+    hyps: dict[tuple[int, ...], _Hyp] = {(): _Hyp(p_blank=0.0)}
+    for t in range(log_probs.shape[0]):
+        row = log_probs[t]
+        keep = min(CANDIDATES_PER_FRAME, row.shape[0])
+        top = np.argpartition(row, -keep)[-keep:]
+        common = {int(token) for token in top if token != blank}
+        next_hyps: dict[tuple[int, ...], _Hyp] = {}
+        for prefix, hyp in hyps.items():
+            total = np.logaddexp(hyp.p_blank, hyp.p_token)
+            stay = next_hyps.get(prefix)
+            if stay is None:
+                stay = _Hyp(node=hyp.node, partial=hyp.partial, bonus=hyp.bonus, frames=hyp.frames)
+                next_hyps[prefix] = stay
+            stay.p_blank = np.logaddexp(stay.p_blank, total + row[blank])
+            candidates = set(common)
+            if trie:
+                extra = hotword_starts | set((hyp.node.children if hyp.node else {}).keys())
+                candidates |= {token for token in extra if row[token] > HOTWORD_FLOOR}
+            for token in candidates:
+                p = row[token]
+                if prefix and prefix[-1] == token:
+                    stay.p_token = np.logaddexp(stay.p_token, hyp.p_token + p)  # repeat collapses
+                    source = hyp.p_blank  # a blank in between makes it a new token
+                else:
+                    source = total
+                if source == NEG_INF:
+                    continue
+                extended = (*prefix, token)
+                target = next_hyps.get(extended)
+                if target is None:
+                    node, partial, bonus = _advance(trie, hyp, token) if trie else (None, 0.0, 0.0)
+                    target = _Hyp(node=node, partial=partial, bonus=bonus, frames=(*hyp.frames, t))
+                    next_hyps[extended] = target
+                target.p_token = np.logaddexp(target.p_token, source + p)
+        ranked = sorted(next_hyps.items(), key=lambda item: item[1].score, reverse=True)
+        hyps = dict(ranked[:beam])
+    # at the end an unfinished partial match gets nothing
+    best_prefix, best = max(hyps.items(), key=lambda item: item[1].score - item[1].partial)
+    return CtcResult(list(best_prefix), list(best.frames))

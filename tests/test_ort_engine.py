@@ -1,0 +1,240 @@
+"""Our onnxruntime SenseVoice engine against sherpa-onnx, providers, and hotword beam search."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kitt_stt.asr.ctc import HotwordTrie, beam_search, greedy, tokenize_hotword
+from kitt_stt.asr.engine import AsrRequest, DecodeOptions
+from kitt_stt.asr.features import FeatureStream, log_mel
+from kitt_stt.asr.ort_sense_voice import OrtSenseVoiceEngine
+from kitt_stt.asr.providers import ProviderError, provider_chain, tensorrt_options
+from kitt_stt.asr.sense_voice_model import load_sense_voice_model
+from kitt_stt.asr.sherpa_sense_voice import SherpaSenseVoiceEngine
+from kitt_stt.config.schema import AsrConfig, Provider
+from kitt_stt.hotwords import Hotword, parse_hotwords
+from kitt_stt.models.tone_synth import TONE_PITCHES, ToneStyle, buzz, synthesize
+from tests.random_sense_voice import build_random_model
+from tests.test_tone_model import random_utterance
+
+
+def pcm(audio: np.ndarray) -> np.ndarray:
+    return (np.clip(audio, -1, 1) * 32767).astype(np.int16)
+
+
+def same(a, b) -> bool:
+    return (a.text, a.tokens, a.timestamps, a.lang, a.emotion, a.event) == (
+        b.text, b.tokens, b.timestamps, b.lang, b.emotion, b.event)
+
+
+@pytest.fixture(scope="module")
+def tone_engines(tone_dir: Path):
+    model = load_sense_voice_model(tone_dir)
+    return SherpaSenseVoiceEngine(model, "tone"), OrtSenseVoiceEngine(model, "tone", AsrConfig())
+
+
+def test_tone_model_matches_sherpa_exactly(tone_engines) -> None:
+    sherpa, ours = tone_engines
+    rng = np.random.default_rng(99)
+    for index in range(60):
+        text, audio = random_utterance(rng, hardest=index % 2 == 0)
+        options = DecodeOptions(language=("auto", "zh", "en", "ja")[index % 4], use_itn=bool(index % 3))
+        request = AsrRequest(pcm(audio), options)
+        expected, got = sherpa.decode_batch([request])[0], ours.decode_batch([request])[0]
+        assert same(expected, got), (text, expected, got)
+        assert got.text == text
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_random_weight_models_match_sherpa(tmp_path: Path, seed: int) -> None:
+    build_random_model(tmp_path / "m", seed)
+    model = load_sense_voice_model(tmp_path / "m")
+    sherpa, ours = SherpaSenseVoiceEngine(model, "random"), OrtSenseVoiceEngine(model, "random", AsrConfig())
+    rng = np.random.default_rng(seed)
+    requests = []
+    for _ in range(4):
+        noise = rng.normal(0, rng.uniform(100, 8000), int(rng.integers(2000, 48000))).astype(np.int16)
+        requests.append(AsrRequest(noise, DecodeOptions(language="en", use_itn=False)))
+    for request in requests:
+        assert same(sherpa.decode_batch([request])[0], ours.decode_batch([request])[0])
+
+
+def test_batched_equals_one_by_one(tone_engines) -> None:
+    _, ours = tone_engines
+    texts = ["打开车门", "A", "关车窗DEF", "BB", "门"]
+    requests = [AsrRequest(pcm(synthesize(t, ToneStyle(lead_ms=100 * i, tail_ms=300)))) for i, t in enumerate(texts)]
+    batched = ours.decode_batch(requests)
+    single = [ours.decode_batch([request])[0] for request in requests]
+    assert batched == single
+    assert [result.text for result in batched] == texts
+
+
+def test_incremental_features_equal_batch_features() -> None:
+    audio = pcm(synthesize("打开车门ABC", ToneStyle(snr_db=20)))
+    stream = FeatureStream()
+    for end in (1, 159, 160, 401, 5000, 5001, 17000, audio.shape[0]):
+        frames = stream.frames_for(audio[:end])
+    assert np.array_equal(frames, log_mel(audio))
+    with pytest.raises(ValueError, match="only grows"):
+        stream.frames_for(audio[:100])
+
+
+def test_incremental_decode_equals_fresh_decode(tone_engines) -> None:
+    _, ours = tone_engines
+    audio = pcm(synthesize("打开车门", ToneStyle(tail_ms=300)))
+    stream = FeatureStream()
+    for end in (8000, 16000, audio.shape[0]):
+        incremental = ours.decode_batch([AsrRequest(audio[:end], features=stream)])[0]
+        fresh = ours.decode_batch([AsrRequest(audio[:end])])[0]
+        assert same(incremental, fresh)
+
+
+# ----- providers ---------------------------------------------------------------------------------
+
+def test_tensorrt_options_are_exactly_as_documented() -> None:
+    config = AsrConfig(provider=Provider.TENSORRT, max_batch=4)
+    assert tensorrt_options(config) == {
+        "device_id": "0",
+        "trt_fp16_enable": "1",
+        "trt_engine_cache_enable": "1",
+        "trt_engine_cache_path": "trt-cache/engines",
+        "trt_timing_cache_enable": "1",
+        "trt_timing_cache_path": "trt-cache/timing",
+        "trt_max_workspace_size": str(4096 * 1024 * 1024),
+        "trt_builder_optimization_level": "3",
+        "trt_profile_min_shapes": "x:1x1x560,x_length:1,language:1,text_norm:1",
+        "trt_profile_opt_shapes": "x:1x100x560,x_length:1,language:1,text_norm:1",
+        "trt_profile_max_shapes": "x:4x2000x560,x_length:4,language:4,text_norm:4",
+    }
+    chain = provider_chain(config)
+    assert [name for name, _ in chain] == ["TensorrtExecutionProvider", "CUDAExecutionProvider"]
+    assert provider_chain(AsrConfig(provider=Provider.CUDA))[0][1]["device_id"] == "0"
+    assert "CPUExecutionProvider" not in [name for name, _ in chain]
+
+
+@pytest.mark.parametrize("provider", [Provider.CUDA, Provider.TENSORRT])
+def test_gpu_providers_refused_on_a_cpu_machine(tone_dir: Path, provider: Provider) -> None:
+    model = load_sense_voice_model(tone_dir)
+    with pytest.raises(ProviderError, match=f"asr.provider={provider.value}"):
+        OrtSenseVoiceEngine(model, "tone", AsrConfig(provider=provider))
+
+
+# ----- beam search and hotwords ------------------------------------------------------------------
+
+def test_beam_without_hotwords_gives_the_greedy_text(tone_dir: Path, tone_engines) -> None:
+    _, greedy_engine = tone_engines
+    beam_engine = OrtSenseVoiceEngine(load_sense_voice_model(tone_dir), "tone",
+                                      AsrConfig(decoding={"method": "beam", "max_active_paths": 4}))
+    rng = np.random.default_rng(3)
+    for _ in range(30):
+        text, audio = random_utterance(rng, hardest=False)
+        request = AsrRequest(pcm(audio))
+        assert beam_engine.decode_batch([request])[0].text == greedy_engine.decode_batch([request])[0].text == text
+
+
+def ambiguous_utterance() -> np.ndarray:
+    """A, then a burst mixing the buzzes of 门 (30 %) and C (70 %), then B.
+
+    The middle burst is a close call: the tone model scores C about 0.8 (natural log) above 门,
+    well inside a hotword's boost, while clean bursts win by 15 or more.
+    """
+    mixed = 0.3 * buzz(TONE_PITCHES["门"], 200) + 0.7 * buzz(TONE_PITCHES["C"], 200)
+    gap = np.zeros(1600, np.float32)
+    audio = np.concatenate([np.zeros(4800, np.float32), buzz(TONE_PITCHES["A"], 200), gap, mixed, gap,
+                            buzz(TONE_PITCHES["B"], 200), np.zeros(4800, np.float32)])
+    return pcm(audio)
+
+
+def test_hotword_tips_an_ambiguous_burst_only_when_set(tone_engines) -> None:
+    _, ours = tone_engines
+    audio = ambiguous_utterance()
+    plain = ours.decode_batch([AsrRequest(audio)])[0].text
+    assert plain == "ACB"
+    loser = "门"
+    biased = ours.decode_batch([AsrRequest(audio, DecodeOptions(hotwords=parse_hotwords([f"A{loser}B:3"])))])[0]
+    assert biased.text == f"A{loser}B"
+    unrelated = ours.decode_batch([AsrRequest(audio, DecodeOptions(hotwords=parse_hotwords(["DEF:3"])))])[0]
+    assert unrelated.text == plain
+
+
+def test_hotwords_never_insert_tokens_on_clean_input(tone_engines) -> None:
+    _, ours = tone_engines
+    hotwords = parse_hotwords(["打开车门:5", "关窗:5", "ABCDEF:5", "门:5"])
+    rng = np.random.default_rng(11)
+    for _ in range(20):
+        text, audio = random_utterance(rng, hardest=False)
+        assert ours.decode_batch([AsrRequest(pcm(audio), DecodeOptions(hotwords=hotwords))])[0].text == text
+    silence = ours.decode_batch([AsrRequest(np.zeros(16000, np.int16), DecodeOptions(hotwords=hotwords))])[0]
+    assert silence.text == ""
+
+
+def test_partial_hotword_match_gets_no_lasting_bonus() -> None:
+    # vocabulary: 0 blank, 1 x, 2 y, 3 z, 4 q.  Frame 1 is a close call, z 0.9 ahead of y.  The
+    # hotword "x y q" pulls towards y, but its match fails at the next token (x, not q), so y
+    # must not win on a bonus it did not keep; the finished hotword "x y" keeps its bonus.
+    logits = np.full((5, 5), -20.0)
+    logits[0, 1] = 0.0  # x
+    logits[1, 2], logits[1, 3] = -0.9, 0.0  # y or z
+    logits[2, 0] = 0.0  # blank
+    logits[3, 1] = 0.0  # x
+    logits[4, 0] = 0.0  # blank
+    assert greedy(logits, 5).token_ids == [1, 3, 1]
+    partial = HotwordTrie([([1, 2, 4], 2.0)])
+    assert beam_search(logits, 5, beam=4, trie=partial).token_ids == [1, 3, 1]
+    finished = HotwordTrie([([1, 2], 2.0)])
+    assert beam_search(logits, 5, beam=4, trie=finished).token_ids == [1, 2, 1]
+
+
+def test_hotword_tokenisation_uses_the_vocabulary() -> None:
+    vocabulary = {"▁open": 5, "▁the": 6, "▁car": 7, "▁do": 8, "or": 9, "打": 10, "开": 11}
+    assert tokenize_hotword(Hotword("open the door"), vocabulary) == [5, 6, 8, 9]
+    assert tokenize_hotword(Hotword("打开"), vocabulary) == [10, 11]
+    assert tokenize_hotword(Hotword("zzz"), vocabulary) == []
+
+
+async def test_hotwords_over_the_websocket_apply_from_the_next_segment(server) -> None:
+    from kitt_stt.client.session import connect
+    from tests.helpers import FRAME_BYTES, collect_until, of_type, send_pcm, silence
+
+    audio = np.concatenate([ambiguous_utterance(), np.zeros(16000, np.int16)]).astype("<i2").tobytes()
+    audio += bytes((-len(audio)) % FRAME_BYTES)
+    half = len(audio) // 2 - (len(audio) // 2) % FRAME_BYTES
+    async with connect(server.url) as session:
+        assert server.url and session.ready["model"]["kind"] == "tone"
+        await send_pcm(session, audio)
+        await session.configure(hotwords=["A门B:3"])  # mid-stream, between segments
+        await send_pcm(session, audio[:half])
+        await session.configure(hotwords=[])  # inside the next segment: takes effect only after it
+        await send_pcm(session, audio[half:] + silence(200))
+        await send_pcm(session, audio)
+        frames = await collect_until(session, lambda fs: len(of_type(fs, "final")) == 3)
+    assert [f["text"] for f in of_type(frames, "final")] == ["ACB", "A门B", "ACB"]
+
+
+def test_ep_context_options_and_segment_profile_check(tmp_path: Path) -> None:
+    from kitt_stt.asr.providers import check_profile_covers_segments, ep_context_options
+
+    config = AsrConfig(provider=Provider.TENSORRT)
+    options = ep_context_options(config, tmp_path / "ctx.onnx")
+    assert options["trt_dump_ep_context_model"] == "1"
+    assert options["trt_ep_context_file_path"] == str(tmp_path / "ctx.onnx")
+    assert options["trt_profile_max_shapes"].startswith("x:4x2000x560")
+    check_profile_covers_segments(config, 120_000)  # 2000 frames exactly
+    with pytest.raises(ProviderError, match="profile_max_frames"):
+        check_profile_covers_segments(config, 120_060)
+    check_profile_covers_segments(AsrConfig(), 10_000_000)  # only TensorRT has a profile
+
+
+def test_trt_build_fails_clearly_without_tensorrt(tmp_path: Path, model_cache: Path) -> None:
+    import subprocess
+    import sys
+
+    config = tmp_path / "c.yaml"
+    config.write_text(f"models:\n  cache_dir: {model_cache}\n")
+    result = subprocess.run([sys.executable, "-m", "kitt_stt", "trt", "build", "--config", str(config)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "TensorrtExecutionProvider" in result.stderr and "Traceback" not in result.stderr
