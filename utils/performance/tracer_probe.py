@@ -26,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from kitt_stt.observability.trace import Track, Tracer, TraceWriter  # noqa: E402
+from kitt_stt.observability.trace import Tracer, TraceWriter, Track
 
 
 class LockHeldTracer:
@@ -126,7 +126,8 @@ def main() -> int:
     print("| implementation | events | append p50 (µs) | append p99 (µs) | append max (µs) | snapshot (ms) | file |")
     print("|---|---|---|---|---|---|---|")
     for row in rows:
-        print(f"| {row['implementation']} | {row['events']} | {row['append_p50_us']:.1f} | {row['append_p99_us']:.1f} | "
+        print(f"| {row['implementation']} | {row['events']} | {row['append_p50_us']:.1f} | "
+              f"{row['append_p99_us']:.1f} | "
               f"{row['append_max_us']:.0f} | {row['snapshot_ms_median']:.0f} | {row['file_bytes'] / 1e6:.1f} MB |")
     by_events = {}
     for row in rows:

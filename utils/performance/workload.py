@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import sys
@@ -155,10 +156,8 @@ async def run_connection(url: str, connection: int, seats: int, pcm: bytes, expe
             stop_times[name] = await speak(session, name, pcm, start_at, rows[name])
 
         await asyncio.gather(*(one(name) for name in names))
-        try:
+        with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(receiver, timeout_s)
-        except asyncio.TimeoutError:
-            pass
     for row in rows.values():
         row.checks = {
             "one_final": row.finals == 1,
@@ -231,7 +230,8 @@ def print_summary(summary: list[dict[str, Any]]) -> None:
 def self_check(url: str) -> int:
     """Validate the harness itself on a trivial run: statistics, pacing, rows, delivery checks."""
     problems = []
-    if nearest_rank([float(v) for v in range(1, 11)], 50) != 5 or nearest_rank([float(v) for v in range(1, 11)], 95) != 10:
+    one_to_ten = [float(v) for v in range(1, 11)]
+    if nearest_rank(one_to_ten, 50) != 5 or nearest_rank(one_to_ten, 95) != 10:
         problems.append("nearest-rank percentiles are wrong on 1..10")
     if nearest_rank([7.0], 95) != 7.0 or nearest_rank([], 50) is not None:
         problems.append("nearest-rank edge cases are wrong")
