@@ -68,11 +68,16 @@ def cmd_config_show(args: argparse.Namespace) -> int:
 
 
 def cmd_models_build(args: argparse.Namespace) -> int:
+    from kitt_stt.models.sensevoice_bench import build_sensevoice_bench
     from kitt_stt.models.tone_model import build_tone_model
 
-    if args.name != "tone":
-        return _fail(f"cannot build {args.name!r}; buildable models: tone")
-    digests = build_tone_model(Path(args.out))
+    builders = {"tone": build_tone_model, "sensevoice-bench": build_sensevoice_bench}
+    if args.name == "sensevoice-bench":
+        print("building the SenseVoice-shaped benchmark model (about a minute, ~5 GB of memory) ...", flush=True)
+    try:
+        digests = builders[args.name](Path(args.out))
+    except RuntimeError as exc:
+        return _fail(str(exc))
     for name, digest in digests.items():
         print(f"{digest}  {Path(args.out) / name}")
     return 0
@@ -198,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     models = commands.add_parser("models", help="manage models")
     model_commands = models.add_subparsers(dest="models_command", required=True)
     build = model_commands.add_parser("build", help="generate a synthetic model")
-    build.add_argument("name", choices=["tone"])
+    build.add_argument("name", choices=["tone", "sensevoice-bench"])
     build.add_argument("--out", required=True, help="output directory")
     build.set_defaults(handler=cmd_models_build)
 

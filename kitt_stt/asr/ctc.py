@@ -168,6 +168,12 @@ def beam_search(logits: np.ndarray, length: int, beam: int, trie: HotwordTrie | 
         row = dict(zip(top, frame[top].tolist(), strict=True))
         row.setdefault(blank, float(frame[blank]))
         common = {token for token in top if token != blank}
+        frame_starts: list[int] = []
+        if start_ok is not None:
+            eligible = starts[start_ok[t]]
+            if eligible.size > CANDIDATES_PER_FRAME:  # bound the work: the best-scored starts only
+                eligible = eligible[np.argpartition(frame[eligible], -CANDIDATES_PER_FRAME)[-CANDIDATES_PER_FRAME:]]
+            frame_starts = eligible.tolist()
         next_hyps: dict[tuple[int, ...], _Hyp] = {}
         for prefix, hyp in hyps.items():
             total = _logaddexp(hyp.p_blank, hyp.p_token)
@@ -179,8 +185,7 @@ def beam_search(logits: np.ndarray, length: int, beam: int, trie: HotwordTrie | 
             candidates = set(common)
             if trie:
                 extra = set(hyp.node.children) if hyp.node else set()
-                if start_ok is not None:
-                    extra.update(starts[start_ok[t]].tolist())
+                extra.update(frame_starts)
                 for token in extra - candidates:
                     if 0 <= token < frame.shape[0] and (score := float(frame[token])) > floors[t]:
                         row[token] = score

@@ -114,6 +114,15 @@ def create_app(config: AppConfig, engine: AsrEngine, turn_model: TurnModelRunner
         body = await asyncio.to_thread(tracer.render_snapshot)
         return Response(body, media_type="application/json")
 
+    @app.post("/debug/tracing")
+    async def debug_tracing(request: Request, enabled: bool) -> Response:
+        """Pause or resume span recording (same token as /debug/trace), e.g. for on/off A/B runs."""
+        refusal = _debug_refusal(request, config.debug.trace_enabled and tracer is not None, config.debug.token)
+        if refusal is not None or tracer is None:
+            return refusal or PlainTextResponse("not found", status_code=404)
+        tracer.enabled = enabled
+        return JSONResponse({"enabled": tracer.enabled})
+
     @app.websocket(config.server.path)
     async def stt(websocket: WebSocket) -> None:
         refusal = _authorisation_failure(websocket, config.server.auth_token)
