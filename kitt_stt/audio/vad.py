@@ -48,6 +48,7 @@ class SpeechStarted:
 @dataclass(frozen=True)
 class SpeechAudio:
     samples: np.ndarray
+    voiced: bool = True
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ class VadSegmenter:
 
     def _in_speech(self, frame: np.ndarray, voiced: bool) -> list[VadEvent]:
         self._segment_frames += 1
-        events: list[VadEvent] = [SpeechAudio(frame)]
+        events: list[VadEvent] = [SpeechAudio(frame, voiced)]
         if voiced:
             self._trailing_silence = 0
             self._last_voiced_end_ms = self.audio_ms

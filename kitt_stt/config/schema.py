@@ -102,6 +102,10 @@ class AsrConfig(_Section):
     language: str = "auto"
     use_itn: bool = True
     hotwords: list[str] = []
+    chunk_pause_ms: int = Field(default=200, ge=0)
+    max_chunk_ms: int = Field(default=10_000, ge=1000)
+    interim_queue_budget_ms: int = Field(default=300, ge=0)
+    naive: bool = False
 
     @field_validator("hotwords")
     @classmethod
@@ -187,3 +191,12 @@ class AppConfig(_Section):
     logging: LoggingConfig = LoggingConfig()
     tracing: TracingConfig = TracingConfig()
     debug: DebugConfig = DebugConfig()
+
+    @model_validator(mode="after")
+    def _chunk_pause_below_segment_silence(self) -> AppConfig:
+        if self.asr.chunk_pause_ms and self.asr.chunk_pause_ms >= self.vad.silence_ms:
+            raise ValueError(
+                f"asr.chunk_pause_ms ({self.asr.chunk_pause_ms}) must be shorter than vad.silence_ms "
+                f"({self.vad.silence_ms}): a pause that long ends the segment instead (0 disables chunking)"
+            )
+        return self

@@ -28,6 +28,7 @@ import numpy as np
 from kitt_stt.asr.engine import AsrRequest
 from kitt_stt.audio.ring import SampleRing
 from kitt_stt.audio.vad import (
+    FRAME_MS,
     FRAME_SAMPLES,
     EndReason,
     SpeechAudio,
@@ -40,10 +41,11 @@ from kitt_stt.config.schema import AppConfig
 from kitt_stt.observability.logbuffer import seat_id as seat_context
 from kitt_stt.observability.metrics import Metrics
 from kitt_stt.observability.trace import Tracer, Track
+from kitt_stt.pipeline.chunks import ChunkTracker, ClosedChunk
 from kitt_stt.pipeline.eot import CommitReason, EotPolicy
 from kitt_stt.pipeline.segment import Segment
 from kitt_stt.pipeline.settings import SessionSettings
-from kitt_stt.pipeline.turn import Turn, TurnTracker
+from kitt_stt.pipeline.turn import Turn, TurnTracker, join_texts
 from kitt_stt.protocol.errors import ErrorCode
 from kitt_stt.protocol.frames import ErrorFrame, FinalFrame, InterimFrame, ServerFrame, SpeechStartFrame
 from kitt_stt.scheduler import InferenceScheduler, Priority
@@ -138,7 +140,7 @@ class SeatPipeline:
     def _handle(self, events: list[VadEvent]) -> None:
         for event in events:
             if isinstance(event, SpeechAudio):
-                self._on_audio(event.samples)
+                self._on_audio(event.samples, event.voiced)
             elif isinstance(event, SpeechStarted):
                 self._on_start(event)
             elif isinstance(event, SpeechEnded):
@@ -151,7 +153,7 @@ class SeatPipeline:
             start_ms=event.audio_ms,
             options=settings.decode_options(),
             interim_enabled=settings.interim,
-            features=self._scheduler.engine.new_feature_stream(),
+            chunks=self._new_chunk_tracker(),
         )
         self._next_segment_id += 1
         segment.buffer.append(event.preroll)
@@ -159,11 +161,21 @@ class SeatPipeline:
         self._segment_turn = self._turns.begin_segment(segment.segment_id, event.audio_ms)
         self._emit(SpeechStartFrame(seat=self.seat, segment_id=segment.segment_id, audio_ms=event.audio_ms))
 
-    def _on_audio(self, samples: np.ndarray) -> None:
+    def _new_chunk_tracker(self) -> ChunkTracker:
+        asr = self._config.asr
+        if asr.naive:  # the old behaviour, kept as the benchmark baseline: re-decode everything
+            return ChunkTracker(pause_frames=0, max_chunk_samples=1 << 62)
+        return ChunkTracker(pause_frames=asr.chunk_pause_ms // FRAME_MS, max_chunk_samples=asr.max_chunk_ms * 16,
+                            features=self._scheduler.engine.new_feature_stream())
+
+    def _on_audio(self, samples: np.ndarray, voiced: bool = True) -> None:
         segment = self._segment
         if segment is None:
             return
         segment.buffer.append(samples)
+        cut = segment.chunks.boundary_after(voiced, segment.buffer.samples)
+        if cut is not None:
+            self._close_chunk(segment, cut)
         audio_ms = self._vad.audio_ms
         if segment.wants_interim(audio_ms, self._config.interim):
             segment.mark_interim_requested(audio_ms)
@@ -208,8 +220,31 @@ class SeatPipeline:
 
     # ----- decodes -----------------------------------------------------------------------------
 
+    def _close_chunk(self, segment: Segment, cut: int) -> None:
+        """Decode [open_start, cut) once, in the background; the open chunk starts at ``cut``."""
+        chunks = segment.chunks
+        request = AsrRequest(segment.buffer.view()[chunks.open_start : cut], segment.options)
+        decode = self._scheduler.submit(request, Priority.CHUNK, self._owner, trace=self._trace_tag(segment))
+        chunks.closed.append(ClosedChunk(chunks.open_start, cut, decode))
+        chunks.open_start = cut
+        chunks.features = self._scheduler.engine.new_feature_stream()
+
+    def _tail_request(self, segment: Segment) -> AsrRequest:
+        chunks = segment.chunks
+        return AsrRequest(segment.buffer.view()[chunks.open_start :], segment.options, chunks.features)
+
+    async def _chunk_texts(self, segment: Segment) -> list[str] | None:
+        """Texts of the closed chunks (awaiting any still decoding); None if one was cancelled."""
+        texts = []
+        for chunk in list(segment.chunks.closed):
+            outcome = await asyncio.shield(chunk.decode)
+            if outcome is None:
+                return None
+            texts.append(outcome.result.text)
+        return texts
+
     async def _run_interim(self, segment: Segment, audio_ms: int) -> None:
-        request = AsrRequest(segment.buffer.view(), segment.options, segment.features)
+        request = self._tail_request(segment)
         try:
             outcome = await self._scheduler.submit(request, Priority.INTERIM, self._owner,
                                                    coalesce_key=(self._owner, self.seat),
@@ -219,28 +254,33 @@ class SeatPipeline:
             return
         if outcome is None or segment.closed:  # superseded, cancelled, or the final owns it now
             return
-        text = outcome.result.text
+        earlier = await self._chunk_texts(segment)
+        if earlier is None or segment.closed:
+            return
+        text = join_texts([*earlier, outcome.result.text])
         if not text or text == segment.last_interim_text:
             return
         segment.last_interim_text = text
         self._emit(InterimFrame(seat=self.seat, segment_id=segment.segment_id, text=text, audio_ms=audio_ms))
 
     async def _run_final(self, segment: Segment, turn: Turn, previous: asyncio.Task[None] | None) -> None:
-        request = AsrRequest(segment.buffer.view(), segment.options, segment.features)
+        request = self._tail_request(segment)
         text, lang, timing = "", None, {}
         try:
             outcome = await self._scheduler.submit(request, Priority.FINAL, self._owner,
                                                    trace=self._trace_tag(segment))
+            earlier = await self._chunk_texts(segment) if outcome is not None else None
         except Exception as exc:
             log.exception("final decode failed (seat %s, segment %d)", self.seat, segment.segment_id)
             self._emit(ErrorFrame(code=ErrorCode.INTERNAL.value, seat=self.seat,
                                   message=f"recognition failed for segment {segment.segment_id}: {exc}"))
         else:
-            if outcome is None:  # connection closing: nobody is waiting for this final
+            if outcome is None or earlier is None:  # connection closing: nobody is waiting for this final
                 return
-            text, lang = outcome.result.text, outcome.result.lang
+            text, lang = join_texts([*earlier, outcome.result.text]), outcome.result.lang
             timing = {"queue_ms": round(outcome.queue_ms, 2), "decode_ms": round(outcome.decode_ms, 2),
-                      "batch": outcome.batch_size}
+                      "batch": outcome.batch_size, "chunks": len(segment.chunks.closed) + 1,
+                      "tail_audio_ms": request.samples.shape[0] // 16}
         if previous is not None:
             await asyncio.shield(previous)
         latency_ms = (time.perf_counter() - segment.ended_at) * 1000.0

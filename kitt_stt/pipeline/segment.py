@@ -6,9 +6,9 @@ import time
 from dataclasses import dataclass, field
 
 from kitt_stt.asr.engine import DecodeOptions
-from kitt_stt.asr.features import FeatureStream
 from kitt_stt.audio.buffer import PcmBuffer
 from kitt_stt.config.schema import InterimConfig
+from kitt_stt.pipeline.chunks import ChunkTracker
 
 
 @dataclass
@@ -18,7 +18,7 @@ class Segment:
     options: DecodeOptions
     interim_enabled: bool
     buffer: PcmBuffer = field(default_factory=PcmBuffer)
-    features: FeatureStream | None = None
+    chunks: ChunkTracker = field(default_factory=lambda: ChunkTracker(pause_frames=0, max_chunk_samples=1 << 62))
     closed: bool = False
     end_ms: int = 0
     end_reason: str = ""

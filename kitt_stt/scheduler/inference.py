@@ -37,7 +37,8 @@ log = logging.getLogger(__name__)
 
 class Priority(IntEnum):
     FINAL = 0
-    INTERIM = 1
+    CHUNK = 1  # a closed chunk of an open segment: the final will need it
+    INTERIM = 2
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,7 @@ class _Job:
     loop: asyncio.AbstractEventLoop = field(compare=False)
     submitted: float = field(compare=False)
     trace: TraceTag | None = field(default=None, compare=False)
+    kind: Priority = field(default=Priority.FINAL, compare=False)
     dropped: bool = field(default=False, compare=False)
 
 
@@ -91,8 +93,11 @@ def _post(job: _Job, value: object = None, error: BaseException | None = None) -
 
 class InferenceScheduler:
     def __init__(self, engine: AsrEngine, workers: int = 1, max_batch: int = 1, tracer: Tracer | None = None,
-                 observer: DecodeObserver | None = None) -> None:
+                 observer: DecodeObserver | None = None, fifo: bool = False,
+                 interim_budget_ms: float | None = None) -> None:
         self.engine = engine
+        self._fifo = fifo
+        self._interim_budget_s = None if interim_budget_ms is None else interim_budget_ms / 1000.0
         self._tracer = tracer
         self._observer = observer
         self._workers = workers
@@ -103,6 +108,7 @@ class InferenceScheduler:
         self._cond = threading.Condition()
         self._threads: list[threading.Thread] = []
         self._stopping = False
+        self.skipped_interims = 0
 
     def start(self) -> None:
         for index in range(self._workers):
@@ -134,8 +140,12 @@ class InferenceScheduler:
         """Queue a decode; the future yields the outcome, or ``None`` if it was superseded/cancelled."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[DecodeOutcome | None] = loop.create_future()
-        job = _Job(int(priority), next(self._counter), request, owner, coalesce_key, future, loop,
-                   time.perf_counter(), trace)
+        if self._fifo:  # naive mode: one FIFO queue and no coalescing, as the old service had
+            rank, coalesce_key = 0, None
+        else:
+            rank = int(priority)
+        job = _Job(rank, next(self._counter), request, owner, coalesce_key, future, loop, time.perf_counter(), trace,
+                   kind=priority)
         with self._cond:
             if self._stopping:
                 future.set_result(None)
@@ -164,6 +174,7 @@ class InferenceScheduler:
         return dropped
 
     def _take_batch(self) -> list[_Job] | None:
+        """The next batch (None: stopping; empty: everything popped was stale)."""
         with self._cond:
             while True:
                 while self._heap and self._heap[0].dropped:
@@ -174,10 +185,14 @@ class InferenceScheduler:
             if self._stopping:
                 return None
             first = heapq.heappop(self._heap)
+            while self._stale(first):
+                if not self._heap:
+                    return []
+                first = heapq.heappop(self._heap)
             batch = [first]
             while self._heap and len(batch) < self._max_batch:
                 top = self._heap[0]
-                if top.dropped:
+                if top.dropped or self._stale(top):
                     heapq.heappop(self._heap)
                     continue
                 if top.priority != first.priority:
@@ -188,11 +203,28 @@ class InferenceScheduler:
                     del self._pending_interims[job.coalesce_key]
             return batch
 
+    def _stale(self, job: _Job) -> bool:
+        """An interim that waited longer than the budget is skipped: under load the interim cadence
+        stretches instead of the queue growing (its awaiter gets ``None``).  Call with the lock held."""
+        budget = self._interim_budget_s
+        if job.dropped or budget is None or job.kind is not Priority.INTERIM or self._fifo:
+            return job.dropped
+        if time.perf_counter() - job.submitted <= budget:
+            return False
+        job.dropped = True
+        if job.coalesce_key is not None and self._pending_interims.get(job.coalesce_key) is job:
+            del self._pending_interims[job.coalesce_key]
+        self.skipped_interims += 1
+        _post(job)
+        return True
+
     def _work(self) -> None:
         while True:
             batch = self._take_batch()
             if batch is None:
                 return
+            if not batch:
+                continue
             started = time.perf_counter()
             timer = StageTimer()
             try:
@@ -208,14 +240,14 @@ class InferenceScheduler:
                                         len(batch))
                 _post(job, outcome)
                 if self._observer is not None:
-                    self._observer(Priority(job.priority), started - job.submitted, finished - started)
+                    self._observer(job.kind, started - job.submitted, finished - started)
                 self._trace(job, started, timer, len(batch))
 
     def _trace(self, job: _Job, started: float, timer: StageTimer, batch_size: int) -> None:
         tracer = self._tracer
         if tracer is None or job.trace is None or not tracer.enabled:
             return
-        kind = Priority(job.priority).name.lower()
+        kind = job.kind.name.lower()
         args = {**job.trace.args, "kind": kind, "batch": batch_size}
         tracer.add("scheduler.queue_wait", "scheduler", tracer.to_us(job.submitted),
                    int((started - job.submitted) * 1e6), job.trace.track, args)

@@ -46,7 +46,8 @@ def create_app(config: AppConfig, engine: AsrEngine, turn_model: TurnModelRunner
         metrics.decode.labels(kind).observe(decode_s)
 
     scheduler = InferenceScheduler(engine, workers=config.asr.workers, max_batch=config.asr.max_batch,
-                                   tracer=tracer, observer=observe_decode)
+                                   tracer=tracer, observer=observe_decode, fifo=config.asr.naive,
+                                   interim_budget_ms=config.asr.interim_queue_budget_ms or None)
     state = ServiceState(config=config, engine=engine, scheduler=scheduler, turn_model=turn_model,
                          metrics=metrics, tracer=tracer, log_buffer=log_buffer)
     metrics.model_load.set(load_seconds)

@@ -1,0 +1,148 @@
+"""Pause-chunked decoding: same text as whole-segment decoding, and the final decodes only the tail."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult, StageTimer
+from kitt_stt.asr.ort_sense_voice import OrtSenseVoiceEngine
+from kitt_stt.asr.sense_voice_model import load_sense_voice_model
+from kitt_stt.config.schema import AppConfig, AsrConfig
+from kitt_stt.pipeline.eot import SilenceTimeoutPolicy
+from kitt_stt.pipeline.seat import SeatPipeline
+from kitt_stt.pipeline.settings import SessionSettings
+from kitt_stt.scheduler import InferenceScheduler, Priority
+from tests.helpers import tone_pcm
+
+
+class SpyEngine(AsrEngine):
+    """The real tone engine, recording how many samples each decode was given."""
+
+    def __init__(self, inner: OrtSenseVoiceEngine) -> None:
+        self.inner = inner
+        self.info = inner.info
+        self.lengths: list[int] = []
+
+    def new_feature_stream(self):
+        return self.inner.new_feature_stream()
+
+    def decode_batch(self, requests: Sequence[AsrRequest], timer: StageTimer | None = None) -> list[AsrResult]:
+        self.lengths += [request.samples.shape[0] for request in requests]
+        return self.inner.decode_batch(requests, timer)
+
+
+@pytest.fixture(scope="module")
+def tone_engine(tone_dir: Path) -> OrtSenseVoiceEngine:
+    return OrtSenseVoiceEngine(load_sense_voice_model(tone_dir), "tone", AsrConfig())
+
+
+async def run_seat(engine: AsrEngine, pcm: bytes, **asr: object) -> list[dict]:
+    config = AppConfig.model_validate({"asr": asr, "vad": {"silence_ms": 500}, "interim": {"enabled": False}})
+    scheduler = InferenceScheduler(engine, workers=1)
+    scheduler.start()
+    frames: list[dict] = []
+    seat = SeatPipeline("driver", config, lambda: SessionSettings(interim=False), scheduler,
+                        SilenceTimeoutPolicy(50), lambda frame: frames.append(frame.model_dump()), owner="test")
+    try:
+        seat.push_audio(np.frombuffer(pcm, dtype="<i2"))
+        deadline = time.monotonic() + 10
+        while not any(f["type"] == "commit" for f in frames):
+            assert time.monotonic() < deadline, frames
+            await asyncio.sleep(0.01)
+    finally:
+        seat.close()
+        scheduler.stop()
+    return frames
+
+
+# 400 ms pauses: webrtcvad marks ~280 ms of them unvoiced (its own hangover), longer than
+# chunk_pause_ms (200) and shorter than vad.silence_ms (500), so the segment goes on in chunks
+PAUSED = "打开车门", "ABC", "关窗", "DEF", "门门"
+
+
+def paused_speech() -> bytes:
+    pcm = b"".join(tone_pcm(text, lead_ms=300 if index == 0 else 0, tail_ms=400) for index, text in enumerate(PAUSED))
+    return pcm + bytes(32 * 600)
+
+
+async def test_chunked_text_equals_whole_segment_text(tone_engine) -> None:
+    chunked = await run_seat(SpyEngine(tone_engine), paused_speech(), chunk_pause_ms=200)
+    whole = await run_seat(SpyEngine(tone_engine), paused_speech(), chunk_pause_ms=0)
+    [chunked_final] = [f for f in chunked if f["type"] == "final"]
+    [whole_final] = [f for f in whole if f["type"] == "final"]
+    assert chunked_final["text"] == whole_final["text"] == "".join(PAUSED)
+    assert chunked_final["timing"]["chunks"] == len(PAUSED)
+    assert whole_final["timing"]["chunks"] == 1
+
+
+async def test_the_final_decodes_only_the_open_chunk(tone_engine) -> None:
+    spy = SpyEngine(tone_engine)
+    frames = await run_seat(spy, paused_speech(), chunk_pause_ms=200)
+    [final] = [f for f in frames if f["type"] == "final"]
+    segment_samples = final["timing"]["audio_ms"] * 16
+    tail = final["timing"]["tail_audio_ms"] * 16
+    # the final's decode is the tail after the last pause, a fraction of the segment (it may run
+    # before the last chunk's decode: finals outrank chunks in the queue)
+    assert tail in spy.lengths and len(spy.lengths) == len(PAUSED)
+    assert tail < segment_samples / 3
+    # every sample of the segment was decoded exactly once across the chunks and the final
+    assert sum(spy.lengths) == segment_samples
+
+
+async def test_long_speech_without_pauses_is_cut_at_max_chunk(tone_engine) -> None:
+    spy = SpyEngine(tone_engine)
+    pcm = tone_pcm("ABCDEFABCDEF", burst_ms=300, gap_ms=80, tail_ms=700)  # gaps too short to chunk
+    frames = await run_seat(spy, pcm, chunk_pause_ms=200, max_chunk_ms=1000)
+    [final] = [f for f in frames if f["type"] == "final"]
+    assert final["timing"]["chunks"] >= 3
+    assert max(spy.lengths) <= 2 * 1000 * 16 + 320
+
+
+def test_chunk_pause_must_be_shorter_than_segment_silence() -> None:
+    with pytest.raises(ValueError, match="chunk_pause_ms"):
+        AppConfig.model_validate({"asr": {"chunk_pause_ms": 500}, "vad": {"silence_ms": 500}})
+    AppConfig.model_validate({"asr": {"chunk_pause_ms": 0}, "vad": {"silence_ms": 500}})
+
+
+async def test_stale_interims_are_skipped_under_load() -> None:
+    from tests.test_scheduler import GatedEngine, block_worker, request
+
+    engine = GatedEngine()
+    scheduler = InferenceScheduler(engine, workers=1, interim_budget_ms=50)
+    scheduler.start()
+    try:
+        blocker = await block_worker(scheduler, engine)
+        stale = scheduler.submit(request("late"), Priority.INTERIM, owner="c", coalesce_key="k")
+        final = scheduler.submit(request("final"), Priority.FINAL, owner="c")
+        await asyncio.sleep(0.1)  # the interim waits past its 50 ms budget
+        engine.gate.set()
+        assert await stale is None
+        assert (await final).result.text == "final"
+        await blocker
+        assert ["late"] not in engine.batches and scheduler.skipped_interims == 1
+    finally:
+        scheduler.stop()
+
+
+async def test_naive_mode_is_one_fifo_queue() -> None:
+    from tests.test_scheduler import GatedEngine, block_worker, request
+
+    engine = GatedEngine()
+    scheduler = InferenceScheduler(engine, workers=1, fifo=True)
+    scheduler.start()
+    try:
+        blocker = await block_worker(scheduler, engine)
+        interims = [scheduler.submit(request(f"i{n}"), Priority.INTERIM, owner="c", coalesce_key="same")
+                    for n in range(3)]
+        final = scheduler.submit(request("final"), Priority.FINAL, owner="c")
+        engine.gate.set()
+        await asyncio.gather(blocker, final, *interims)
+        assert engine.batches[1:] == [["i0"], ["i1"], ["i2"], ["final"]]  # no priority, no coalescing
+    finally:
+        scheduler.stop()
