@@ -1,0 +1,95 @@
+"""Final latency vs speech length: optimised (pause-chunked, prioritised) vs naive, one run.
+
+Starts two real servers on the same model, one with the defaults and one with ``asr.naive``
+(whole-segment re-decodes, one FIFO queue: the old service's behaviour), and drives both with
+the workload harness for each seat count and utterance length, alternating between them.
+Utterances repeat a phrase with 450 ms pauses (long enough to close a chunk, shorter than the
+500 ms that ends a segment).  Reports final latency p50/p95 (nearest rank), CPU seconds the
+server spent per second of audio, and the highest seat count whose final p95 stays under
+500 ms.  A round that does not finish within length + 30 s counts its missing finals as failures.
+
+    python utils/performance/latency_report.py --model sensevoice-bench --seats 1 4 8 --lengths 3 15 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from kitt_stt.audio.wavfile import write_wav_16k_mono  # noqa: E402
+from kitt_stt.models.tone_synth import ToneStyle, synthesize  # noqa: E402
+from tests.helpers import run_server  # noqa: E402
+from utils.performance.workload import nearest_rank, run_workload  # noqa: E402
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="sensevoice-bench", help="asr.model for both servers")
+    parser.add_argument("--seats", type=int, nargs="+", default=[1, 4, 8])
+    parser.add_argument("--lengths", type=float, nargs="+", default=[3, 15, 30])
+    parser.add_argument("--rounds", type=int, default=1)
+    args = parser.parse_args()
+    from kitt_stt.models.registry import default_cache_dir
+
+    results = []
+    with tempfile.TemporaryDirectory(prefix="latency-report-") as tmp:
+        work = Path(tmp)
+        phrase = work / "phrase.wav"
+        spoken = synthesize("打开车门关窗", ToneStyle(burst_ms=220, gap_ms=90))
+        write_wav_16k_mono(phrase, (spoken * 32767).astype("<i2"))
+        common = {"asr": {"model": args.model}, "vad": {"silence_ms": 500, "max_segment_ms": 90_000},
+                  "turn": {"model": None, "wait_ms": 300}, "server": {"max_seats": 16}}
+        naive = {**common, "asr": {**common["asr"], "naive": True}}
+        cache = default_cache_dir()
+        with run_server(work, cache, common) as fast, run_server(work, cache, naive) as slow:
+            servers = {"optimised": fast, "naive": slow}
+            for seats in args.seats:
+                for length in args.lengths:
+                    for mode, server in servers.items():
+                        print(f"  {mode}: {seats} seats x {length:g} s ...", file=sys.stderr, flush=True)
+                        before = cpu_seconds(server.process.pid)
+                        rows = asyncio.run(run_workload(server.url, seats, 1, [length], args.rounds, 0, None,
+                                                        phrase, 450, progress=False))
+                        cpu = cpu_seconds(server.process.pid) - before
+                        latencies = [r.client_final_latency_ms for r in rows if r.client_final_latency_ms is not None]
+                        missing = sum(1 for r in rows if r.client_final_latency_ms is None or r.finals != 1)
+                        results.append({"mode": mode, "seats": seats, "length": length,
+                                        "p50": nearest_rank(latencies, 50), "p95": nearest_rank(latencies, 95),
+                                        "missing": missing, "rows": len(rows),
+                                        "cpu_per_audio_s": cpu / (seats * length * args.rounds)})
+    print("| seats | audio | mode | final p50 (ms) | final p95 (ms) | incomplete rows | CPU s per audio s |")
+    print("|---|---|---|---|---|---|---|")
+    for row in results:
+        p50 = "-" if row["p50"] is None else f"{row['p50']:.0f}"
+        p95 = "-" if row["p95"] is None or row["missing"] else f"{row['p95']:.0f}"
+        print(f"| {row['seats']} | {row['length']:g} s | {row['mode']} | {p50} | {p95} | "
+              f"{row['missing']}/{row['rows']} | {row['cpu_per_audio_s']:.3f} |")
+    print()
+    for length in args.lengths:
+        for mode in ("optimised", "naive"):
+            ok = [r["seats"] for r in results if r["mode"] == mode and r["length"] == length
+                  and not r["missing"] and r["p95"] is not None and r["p95"] < 500]
+            print(f"{length:g} s, {mode}: highest seat count with final p95 < 500 ms: {max(ok) if ok else 'none'}")
+        by_mode = {r["mode"]: r for r in results if r["length"] == length and r["seats"] == 4}
+        if by_mode.get("naive", {}).get("p50") and by_mode.get("optimised", {}).get("p50"):
+            print(f"{length:g} s, 4 seats: naive / optimised median final latency = "
+                  f"{by_mode['naive']['p50'] / by_mode['optimised']['p50']:.1f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
