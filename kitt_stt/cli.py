@@ -89,9 +89,9 @@ def cmd_models_prepare(args: argparse.Namespace) -> int:
 
     try:
         config = load_config(args.config).config
-        resolved = [resolve_model(config.asr.model, config.models.cache_dir)]
+        resolved = [resolve_model(config.asr.model, config.models)]
         if config.turn.model:
-            resolved.append(resolve_model(config.turn.model, config.models.cache_dir, setting="turn.model",
+            resolved.append(resolve_model(config.turn.model, config.models, setting="turn.model",
                                           directory_kind="turnsense"))
     except (ConfigError, ModelError) as exc:
         return _fail(str(exc))
@@ -108,11 +108,30 @@ def cmd_models_pull(args: argparse.Namespace) -> int:
         return _fail(f"unknown model {args.name!r}; registry models: {', '.join(sorted(REGISTRY))}")
     try:
         config = load_config(args.config).config
-        resolved = resolve_model(args.name, config.models.cache_dir, setting="models pull")
+        resolved = resolve_model(args.name, config.models, setting="models pull")
     except (ConfigError, ModelError) as exc:
         return _fail(str(exc))
     print(f"{resolved.name} ({resolved.kind}): {resolved.directory}")
     return 0
+
+
+def cmd_models_verify(args: argparse.Namespace) -> int:
+    from kitt_stt.models.registry import COMPLETE_MARKER, REGISTRY, default_cache_dir, verify_installed
+
+    try:
+        config = load_config(args.config).config
+    except ConfigError as exc:
+        return _fail(str(exc))
+    cache = config.models.cache_dir or default_cache_dir()
+    names = [args.name] if args.name else [n for n in REGISTRY if (cache / n / COMPLETE_MARKER).is_file()]
+    failed = False
+    for name in names:
+        problems = verify_installed(cache / name)
+        failed |= bool(problems)
+        print(f"{name}: {'ok' if not problems else 'FAILED'}")
+        for problem in problems:
+            print(f"  {problem}")
+    return 1 if failed else 0
 
 
 def cmd_models_list(args: argparse.Namespace) -> int:
@@ -170,7 +189,7 @@ def cmd_trt_build(args: argparse.Namespace) -> int:
 
     try:
         config = load_config(args.config).config
-        resolved = resolve_model(config.asr.model, config.models.cache_dir)
+        resolved = resolve_model(config.asr.model, config.models)
         model = load_sense_voice_model(resolved.directory, prefer_int8=False)
         asr = config.asr.model_copy(update={"provider": Provider.TENSORRT})
         output = Path(args.out) if args.out else model.directory / "model.trt_ctx.onnx"
@@ -222,6 +241,10 @@ def build_parser() -> argparse.ArgumentParser:
     pull.add_argument("name")
     pull.add_argument("--config")
     pull.set_defaults(handler=cmd_models_pull)
+    verify = model_commands.add_parser("verify", help="re-check installed models against their recorded sha256")
+    verify.add_argument("name", nargs="?")
+    verify.add_argument("--config")
+    verify.set_defaults(handler=cmd_models_verify)
     listing = model_commands.add_parser("list", help="registry models and whether they are installed")
     listing.add_argument("--config")
     listing.set_defaults(handler=cmd_models_list)

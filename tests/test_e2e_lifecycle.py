@@ -92,3 +92,32 @@ def test_models_prepare_builds_the_configured_model_into_the_cache(tmp_path: Pat
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "cache" / "tone" / "model.onnx").is_file()
     assert (tmp_path / "cache" / "tone" / ".complete").is_file()
+
+
+def test_models_verify_detects_a_flipped_byte(tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text(f"models:\n  cache_dir: {tmp_path / 'cache'}\nturn:\n  model: null\n")
+    assert kitt("models", "pull", "tone", "--config", str(config)).returncode == 0
+    ok = kitt("models", "verify", "tone", "--config", str(config))
+    assert ok.returncode == 0 and "tone: ok" in ok.stdout
+    model = tmp_path / "cache" / "tone" / "model.onnx"
+    data = bytearray(model.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    model.write_bytes(bytes(data))
+    bad = kitt("models", "verify", "tone", "--config", str(config))
+    assert bad.returncode == 1 and "sha256 differs" in bad.stdout
+
+
+def test_an_interrupted_install_is_not_taken_as_valid(tmp_path: Path) -> None:
+    from kitt_stt.models.registry import RegistryEntry, install_into, verify_installed
+
+    def crash(directory: Path, _models: object) -> dict[str, str]:
+        (directory / "model.onnx").write_bytes(b"half a model")
+        raise OSError("connection reset halfway")
+
+    target = tmp_path / "cache" / "broken"
+    with pytest.raises(OSError):
+        install_into(RegistryEntry("broken", "tone", "", "", crash), target)
+    assert not target.exists()  # the staging directory is gone, nothing looks installed
+    assert verify_installed(target) and "not installed" in verify_installed(target)[0]
+    assert list((tmp_path / "cache").iterdir()) == []

@@ -19,7 +19,7 @@ def build_engine(config: AppConfig) -> AsrEngine:
     the reference implementation, which is CPU and greedy only here.
     """
     asr = config.asr
-    resolved = resolve_model(asr.model, config.models.cache_dir)
+    resolved = resolve_model(asr.model, config.models)
     model = load_sense_voice_model(resolved.directory, prefer_int8=asr.provider is Provider.CPU)
     if asr.engine is Engine.ONNXRUNTIME:
         check_profile_covers_segments(asr, config.vad.max_segment_ms)

@@ -145,6 +145,11 @@ class TurnConfig(_Section):
 
 class ModelsConfig(_Section):
     cache_dir: Path | None = None
+    sensevoice_url: str = (
+        "https://github.com/k2-fsa/sherpa-onnx/releases/download/asr-models/"
+        "sherpa-onnx-sense-voice-zh-en-ja-ko-yue-2024-07-17.tar.bz2"
+    )
+    sensevoice_sha256: str | None = None
 
 
 class LoggingConfig(_Section):

@@ -12,7 +12,6 @@ torch is needed only here, at build time (``pip install torch``); inference neve
 
 from __future__ import annotations
 
-import hashlib
 import math
 from pathlib import Path
 
@@ -175,8 +174,6 @@ def build_sensevoice_bench(out_dir: Path, seed: int = 0) -> dict[str, str]:
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while block := handle.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
+    from kitt_stt.models.registry import sha256_file  # the registry imports this module
+
+    return sha256_file(path)

@@ -35,5 +35,5 @@ def build_turn_model(config: AppConfig) -> TurnModelRunner | None:
     turn = config.turn
     if not turn.model:
         return None
-    resolved = resolve_model(turn.model, config.models.cache_dir, setting="turn.model", directory_kind="turnsense")
+    resolved = resolve_model(turn.model, config.models, setting="turn.model", directory_kind="turnsense")
     return TurnModelRunner(TurnSenseModel(resolved.directory / MODEL_FILE, turn.provider, turn.num_threads))

@@ -1,0 +1,58 @@
+"""Install the official sherpa-onnx SenseVoice release (``kitt-stt models pull sensevoice``).
+
+The archive is downloaded over HTTPS (``models.sensevoice_url``), checked against
+``models.sensevoice_sha256`` when one is configured (the digest is printed on every pull, so a
+deployment can pin it), unpacked with every member path checked, and only the model files are
+kept.  The result is validated like any SenseVoice directory before it is marked installed.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tarfile
+from pathlib import Path
+
+from kitt_stt.asr.sense_voice_model import load_sense_voice_model
+from kitt_stt.models.download import DownloadError, download
+
+RELEASE = "sherpa-onnx-sense-voice-zh-en-ja-ko-yue-2024-07-17"
+DEFAULT_URL = f"https://github.com/k2-fsa/sherpa-onnx/releases/download/asr-models/{RELEASE}.tar.bz2"
+KEEP = ("model.int8.onnx", "model.onnx", "tokens.txt", "LICENSE", "README.md")
+MANUAL = (
+    "To install it by hand: on a machine with internet access download "
+    f"{DEFAULT_URL}, unpack it, copy the directory (model.int8.onnx, tokens.txt) to this machine and set "
+    "asr.model to its path (docs/models.md)."
+)
+
+
+def fetch_sensevoice(out_dir: Path, url: str = DEFAULT_URL, sha256: str | None = None,
+                     downloads: Path | None = None) -> dict[str, str]:
+    downloads = downloads or out_dir.parent
+    archive = downloads / f"{RELEASE}.tar.bz2"
+    digest = download(url, archive, sha256, manual_hint=MANUAL)
+    print(f"archive sha256 {digest} (pin it with models.sensevoice_sha256)", file=sys.stderr)
+    try:
+        _unpack_model_files(archive, out_dir)
+    except (tarfile.TarError, OSError) as exc:
+        raise DownloadError(f"{archive}: not a usable archive ({exc}). {MANUAL}") from None
+    load_sense_voice_model(out_dir)  # refuse to install something sherpa-onnx would choke on
+    archive.unlink(missing_ok=True)
+    from kitt_stt.models.registry import sha256_file
+
+    return {path.name: sha256_file(path) for path in sorted(out_dir.iterdir()) if path.is_file()}
+
+
+def _unpack_model_files(archive: Path, out_dir: Path) -> None:
+    with tarfile.open(archive, "r:*") as tar:
+        for member in tar.getmembers():
+            name = Path(member.name)
+            if name.is_absolute() or ".." in name.parts:
+                raise tarfile.TarError(f"unsafe member path {member.name!r}")
+            if not member.isfile() or name.name not in KEEP:
+                continue
+            source = tar.extractfile(member)
+            if source is None:
+                continue
+            with source, (out_dir / name.name).open("wb") as target:
+                shutil.copyfileobj(source, target)
