@@ -15,8 +15,9 @@ import pytest
 
 from kitt_stt.asr.sense_voice_model import load_sense_voice_model
 from kitt_stt.config.schema import ModelsConfig
+from kitt_stt.models.checksums import sha256_file
 from kitt_stt.models.download import DownloadError
-from kitt_stt.models.registry import REGISTRY, install_into, sha256_file, verify_installed
+from kitt_stt.models.registry import REGISTRY, install_into, verify_installed
 from kitt_stt.models.sensevoice_release import RELEASE
 from tests.helpers import free_port
 

@@ -7,12 +7,13 @@ fail within ``connect_timeout_s`` with a message that says how to install the mo
 
 from __future__ import annotations
 
-import hashlib
 import sys
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+from kitt_stt.models.checksums import sha256_file
 
 CHUNK = 1 << 16
 
@@ -60,7 +61,7 @@ def download(url: str, destination: Path, expected_sha256: str | None = None, co
                 raise DownloadError(f"{url}: connection lost after {done} of {total} bytes; run the command "
                                     f"again to resume. {manual_hint}".strip())
             print(f"\r  downloaded {destination.name}: {done / 1e6:.1f} MB", file=sys.stderr, flush=True)
-    digest = _sha256(partial)
+    digest = sha256_file(partial)
     if expected_sha256 is not None and digest != expected_sha256.lower():
         partial.unlink()
         raise DownloadError(f"{url}: sha256 {digest} does not match the expected {expected_sha256}; the file "
@@ -76,10 +77,3 @@ def _read(response, url: str, manual_hint: str) -> bytes:
         raise DownloadError(f"{url}: connection lost ({exc}); run the command again to resume. "
                             f"{manual_hint}".strip()) from None
 
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while block := handle.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()

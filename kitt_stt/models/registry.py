@@ -9,7 +9,6 @@ directory that looks valid.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import tempfile
@@ -21,6 +20,7 @@ import platformdirs
 
 from kitt_stt.asr.sense_voice_model import ModelError
 from kitt_stt.config.schema import ModelsConfig
+from kitt_stt.models.checksums import sha256_file
 from kitt_stt.models.sensevoice_bench import build_sensevoice_bench
 from kitt_stt.models.sensevoice_release import fetch_sensevoice
 from kitt_stt.models.tone_model import build_tone_model
@@ -147,10 +147,3 @@ def verify_installed(directory: Path) -> list[str]:
             problems.append(f"{path}: sha256 differs from the one recorded at install time (corrupted or modified)")
     return problems
 
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while block := handle.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kitt_stt.models.checksums import sha256_file
 from kitt_stt.models.tone_model import LANGUAGE_IDS, WITH_ITN_ID, WITHOUT_ITN_ID
 
 VOCAB = 25055
@@ -170,10 +171,4 @@ def build_sensevoice_bench(out_dir: Path, seed: int = 0) -> dict[str, str]:
             entry.key, entry.value = key, value
         onnx.save(onnx_int8, str(int8))
     (out_dir / "tokens.txt").write_text("".join(f"{token} {index}\n" for index, token in enumerate(tokens())))
-    return {name: _sha256(out_dir / name) for name in ("model.onnx", "model.int8.onnx", "tokens.txt")}
-
-
-def _sha256(path: Path) -> str:
-    from kitt_stt.models.registry import sha256_file  # the registry imports this module
-
-    return sha256_file(path)
+    return {name: sha256_file(out_dir / name) for name in ("model.onnx", "model.int8.onnx", "tokens.txt")}

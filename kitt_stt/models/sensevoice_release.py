@@ -14,6 +14,7 @@ import tarfile
 from pathlib import Path
 
 from kitt_stt.asr.sense_voice_model import load_sense_voice_model
+from kitt_stt.models.checksums import sha256_file
 from kitt_stt.models.download import DownloadError, download
 
 RELEASE = "sherpa-onnx-sense-voice-zh-en-ja-ko-yue-2024-07-17"
@@ -38,8 +39,6 @@ def fetch_sensevoice(out_dir: Path, url: str = DEFAULT_URL, sha256: str | None =
         raise DownloadError(f"{archive}: not a usable archive ({exc}). {MANUAL}") from None
     load_sense_voice_model(out_dir)  # refuse to install something sherpa-onnx would choke on
     archive.unlink(missing_ok=True)
-    from kitt_stt.models.registry import sha256_file
-
     return {path.name: sha256_file(path) for path in sorted(out_dir.iterdir()) if path.is_file()}
 
 
