@@ -76,6 +76,7 @@ class Connection:
         self._sender: asyncio.Task[None] | None = None
         self._finished = asyncio.Event()
         self._closing = False
+        self._aborting: asyncio.Task[None] | None = None
         self.client_name: str | None = None
 
     # ----- outbound ----------------------------------------------------------------------------
@@ -87,7 +88,7 @@ class Connection:
             if not self._closing:
                 log.warning("session %s: client does not read its frames; closing", self.session_id)
                 self._closing = True
-                asyncio.get_running_loop().create_task(self._abort(CLOSE_TRY_AGAIN_LATER))
+                self._aborting = asyncio.get_running_loop().create_task(self._close_socket(CLOSE_TRY_AGAIN_LATER))
             return
         payload = encode_server_frame(frame)
         kind = frame.type  # type: ignore[attr-defined]
@@ -202,9 +203,6 @@ class Connection:
         self._closing = True
         await self._flush_seats(self._seats.values(), reason)
         await self._close_socket(CLOSE_NORMAL)
-
-    async def _abort(self, code: int) -> None:
-        await self._close_socket(code)
 
     async def _close_socket(self, code: int) -> None:
         if self._finished.is_set():
