@@ -57,7 +57,7 @@ async def test_one_seat_speech_start_interim_final_commit(server) -> None:
     finals = of_type(frames, "final")
     assert [f["text"] for f in finals] == ["打开车门"]
     final = finals[0]
-    assert final["lang"] == "zh"
+    assert (final["lang"], final["emotion"], final["event"]) == ("zh", "NEUTRAL", "Speech")
     assert final["end_reason"] == "silence"
     assert 0 < final["start_ms"] < final["end_ms"]
     assert final["server_latency_ms"] >= 0 and "decode_ms" in final["timing"]

@@ -265,7 +265,7 @@ class SeatPipeline:
 
     async def _run_final(self, segment: Segment, turn: Turn, previous: asyncio.Task[None] | None) -> None:
         request = self._tail_request(segment)
-        text, lang, timing = "", None, {}
+        text, lang, emotion, event, timing = "", None, None, None, {}
         try:
             outcome = await self._scheduler.submit(request, Priority.FINAL, self._owner,
                                                    trace=self._trace_tag(segment))
@@ -278,6 +278,7 @@ class SeatPipeline:
             if outcome is None or earlier is None:  # connection closing: nobody is waiting for this final
                 return
             text, lang = join_texts([*earlier, outcome.result.text]), outcome.result.lang
+            emotion, event = outcome.result.emotion, outcome.result.event
             timing = {"queue_ms": round(outcome.queue_ms, 2), "decode_ms": round(outcome.decode_ms, 2),
                       "batch": outcome.batch_size, "chunks": len(segment.chunks.closed) + 1,
                       "tail_audio_ms": request.samples.shape[0] // 16}
@@ -290,7 +291,8 @@ class SeatPipeline:
             timing["turnsense_ms"] = round(prediction.result().features_ms + prediction.result().model_ms, 2)
         self._emit(FinalFrame(
             seat=self.seat, segment_id=segment.segment_id, text=text, start_ms=segment.start_ms,
-            end_ms=segment.end_ms, lang=lang, server_latency_ms=round(latency_ms, 2), timing=timing,
+            end_ms=segment.end_ms, lang=lang, emotion=emotion, event=event, server_latency_ms=round(latency_ms, 2),
+            timing=timing,
             end_reason=segment.end_reason,
         ))
         self._turns.segment_final(turn, segment.segment_id, text, segment.end_ms, segment.ended_at)

@@ -127,6 +127,8 @@ class FinalFrame(ServerFrame):
     start_ms: int
     end_ms: int
     lang: str | None
+    emotion: str | None = None
+    event: str | None = None
     server_latency_ms: float
     timing: dict[str, float]
     end_reason: str
