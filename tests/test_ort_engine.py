@@ -217,7 +217,7 @@ async def test_hotwords_over_the_websocket_apply_from_the_next_segment(server) -
 def test_ep_context_options_and_segment_profile_check(tmp_path: Path) -> None:
     from kitt_stt.asr.providers import check_profile_covers_segments, ep_context_options
 
-    config = AsrConfig(provider=Provider.TENSORRT)
+    config = AsrConfig(provider=Provider.TENSORRT, max_batch=4)
     options = ep_context_options(config, tmp_path / "ctx.onnx")
     assert options["trt_dump_ep_context_model"] == "1"
     assert options["trt_ep_context_file_path"] == str(tmp_path / "ctx.onnx")

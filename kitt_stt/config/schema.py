@@ -98,7 +98,7 @@ class AsrConfig(_Section):
     decoding: Decoding = Decoding()
     num_threads: int = Field(default=1, ge=1)
     workers: int = Field(default=2, ge=1, le=64)
-    max_batch: int = Field(default=4, ge=1, le=64)
+    max_batch: int = Field(default=1, ge=1, le=64)
     language: str = "auto"
     use_itn: bool = True
     hotwords: list[str] = []

@@ -1,6 +1,6 @@
 """Soak: many cycles of connect / speak / disconnect; memory must return to its floor.
 
-Starts a real server (tone model) and runs ``--cycles`` sessions one after another; each speaks
+Starts a real server (tone model, TurnSense on) and runs ``--cycles`` sessions one after another; each speaks
 a short tone sentence on two seats, finalizes, waits for both commits and closes.  The memory
 probe samples the server every 200 ms; after ``--floor-after`` cycles the client pauses and
 those idle samples are the floor; after the last cycle it pauses again for the end level.
@@ -80,7 +80,7 @@ def main() -> int:
     from kitt_stt.models.registry import default_cache_dir
 
     with tempfile.TemporaryDirectory(prefix="soak-") as tmp, \
-            run_server(Path(tmp), default_cache_dir(), {"turn": {"model": None}}) as server:
+            run_server(Path(tmp), default_cache_dir(), {"turn": {"model": "turnsense"}}) as server:
         probe = MemoryProbe(server.process.pid).start()
         result = asyncio.run(soak(server.url, server.http, probe, args.cycles, args.floor_after))
         probe.stop()
