@@ -194,3 +194,11 @@ async def test_silence_only_yields_nothing(server) -> None:
         await session.ping("done")
         frames = await collect_until(session, lambda fs: bool(of_type(fs, "pong")), timeout=5)
     assert [f["type"] for f in frames] == ["pong"]
+
+
+async def test_seat_names_in_any_script(server) -> None:
+    async with connect(server.url) as session:
+        await send_pcm(session, tone_pcm("AB", tail_ms=0), seat="主驾")
+        await session.finalize("主驾")
+        frames = await collect_until(session, lambda fs: bool(commits(fs)), timeout=5)
+    assert commits(frames)[0]["seat"] == "主驾" and commits(frames)[0]["text"] == "AB"

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictBytes, StrictInt, StrictStr
 
 PROTOCOL_VERSION = 1
-SEAT_PATTERN = r"^[A-Za-z0-9_.:-]{1,32}$"
+SEAT_PATTERN = r"^[^\x00-\x1f\x7f]{1,64}$"  # any short printable name ("driver", "主驾", "rear left")
 
 Seat = Annotated[StrictStr, Field(pattern=SEAT_PATTERN)]
 Language = Annotated[StrictStr, Field(min_length=1, max_length=16)]
