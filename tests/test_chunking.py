@@ -146,3 +146,41 @@ async def test_naive_mode_is_one_fifo_queue() -> None:
         assert engine.batches[1:] == [["i0"], ["i1"], ["i2"], ["final"]]  # no priority, no coalescing
     finally:
         scheduler.stop()
+
+
+async def test_closing_seats_cancel_their_queued_turn_predictions(tone_engine) -> None:
+    """Regression (found by the soak): predictions of closed sessions kept queueing behind a
+    slow end-of-turn model, each holding up to 8 s of audio, so memory grew without bound."""
+    import threading
+
+    from kitt_stt.turnsense.model import TurnPrediction
+    from kitt_stt.turnsense.runner import TurnModelRunner
+
+    class SlowModel:
+        calls = 0
+        gate = threading.Event()
+
+        def predict(self, samples: np.ndarray) -> TurnPrediction:
+            SlowModel.calls += 1
+            SlowModel.gate.wait(5)
+            return TurnPrediction(0.5, 1.0, 1.0)
+
+    runner = TurnModelRunner(SlowModel())  # type: ignore[arg-type]
+    config = AppConfig.model_validate({"vad": {"silence_ms": 500}, "interim": {"enabled": False}})
+    scheduler = InferenceScheduler(tone_engine, workers=1)
+    scheduler.start()
+    pcm = np.frombuffer(tone_pcm("AB", tail_ms=700), dtype="<i2")
+    try:
+        for index in range(5):
+            seat = SeatPipeline(f"s{index}", config, lambda: SessionSettings(interim=False), scheduler,
+                                SilenceTimeoutPolicy(50), lambda frame: None, owner=index, turn_model=runner)
+            seat.push_audio(pcm)  # the segment ends: one prediction submitted
+            await asyncio.sleep(0)
+            seat.close()
+        SlowModel.gate.set()
+        await asyncio.sleep(0.3)
+        assert SlowModel.calls == 1  # only the one already running; the other four were cancelled
+    finally:
+        SlowModel.gate.set()
+        runner.close()
+        scheduler.stop()

@@ -59,13 +59,19 @@ def apply_lfr(frames: np.ndarray) -> np.ndarray:
     return np.stack(windows).astype(np.float32)
 
 
+def frame_count(samples: int) -> int:
+    """Fbank frames (25 ms window, 10 ms shift, snip_edges) in ``samples`` samples."""
+    return 0 if samples < 400 else 1 + (samples - 400) // 160
+
+
 class FeatureStream:
     """Fbank frames of one growing segment, computed once per sample.
 
     Each decode of an open segment (interims, then the final) hands over the segment's whole
-    PCM so far; only the samples not seen before go through the fbank.  A lock makes
-    overlapping decodes of the same segment (an interim still running when the final starts)
-    safe.
+    PCM so far; only the samples not seen before go through the fbank.  Decodes of one segment
+    may run on different workers in any order (an older interim after a newer one), so a shorter
+    request gets the frames of its prefix: with ``snip_edges`` a frame depends only on its own
+    25 ms window.  A lock serialises the updates.
     """
 
     def __init__(self) -> None:
@@ -78,7 +84,7 @@ class FeatureStream:
         """Fbank frames for ``samples`` (int16), which must extend what earlier calls saw."""
         with self._lock:
             if samples.shape[0] < self._consumed:
-                raise ValueError("a feature stream only grows; this audio is shorter than before")
+                return self._frames[: frame_count(samples.shape[0])]
             fresh = samples[self._consumed :]
             if fresh.shape[0]:
                 self._fbank.accept_waveform(SAMPLE_RATE, fresh.astype(np.float32).tolist())

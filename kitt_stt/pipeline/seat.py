@@ -98,6 +98,9 @@ class SeatPipeline:
                                   commit_empty=config.turn.commit_empty)
         self._turn_model = turn_model
         self._turn_audio = SampleRing(WINDOW_SAMPLES) if turn_model is not None else None
+        # Predictions not yet run are cancelled when the seat closes: under load the model's queue
+        # must not keep working (and holding 8 s of audio each) for sessions that are gone.
+        self._predictions: set[asyncio.Future[TurnPrediction]] = set()
         self._carry = np.zeros(0, dtype=np.int16)
         self._segment: Segment | None = None
         self._segment_turn: Turn | None = None
@@ -194,8 +197,13 @@ class SeatPipeline:
         self._final_chain = self._spawn(self._run_final(segment, turn, self._final_chain))
         if self._turn_model is not None and self._turn_audio is not None:
             context_samples = self._config.turn.context_ms * 16
-            turn.prediction = self._turn_model.predict(self._turn_audio.since(turn.start_ms * 16 - context_samples))
-            turn.prediction.add_done_callback(lambda done: self._observe_prediction(done, segment.segment_id))
+            if turn.prediction is not None and not turn.prediction.done():
+                turn.prediction.cancel()  # superseded: the new prediction sees the whole turn so far
+            prediction = self._turn_model.predict(self._turn_audio.since(turn.start_ms * 16 - context_samples))
+            prediction.add_done_callback(lambda done: self._observe_prediction(done, segment.segment_id))
+            prediction.add_done_callback(self._predictions.discard)
+            self._predictions.add(prediction)
+            turn.prediction = prediction
         tracer = self._observe.tracer
         if tracer is not None:
             tracer.add("vad.segment", "vad", tracer.to_us(segment.started_at),
@@ -322,6 +330,8 @@ class SeatPipeline:
         """Release everything this seat holds; pending decodes are cancelled by the connection."""
         for task in list(self._tasks):
             task.cancel()
+        for prediction in list(self._predictions):
+            prediction.cancel()
         self._turns.close()
         self._vad.reset()
         if self._turn_audio is not None:

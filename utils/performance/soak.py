@@ -12,6 +12,7 @@ Reports live sessions and buffered bytes from /metrics (both must be 0) and end 
 from __future__ import annotations
 
 import argparse
+import os
 import asyncio
 import sys
 import tempfile
@@ -80,7 +81,7 @@ def main() -> int:
     from kitt_stt.models.registry import default_cache_dir
 
     with tempfile.TemporaryDirectory(prefix="soak-") as tmp, \
-            run_server(Path(tmp), default_cache_dir(), {"turn": {"model": "turnsense"}}) as server:
+            run_server(Path(tmp), default_cache_dir(), {"turn": {"model": os.environ.get("SOAK_TURN_MODEL", "turnsense") or None}}) as server:
         probe = MemoryProbe(server.process.pid).start()
         result = asyncio.run(soak(server.url, server.http, probe, args.cycles, args.floor_after))
         probe.stop()
