@@ -12,8 +12,8 @@ Reports live sessions and buffered bytes from /metrics (both must be 0) and end 
 from __future__ import annotations
 
 import argparse
-import os
 import asyncio
+import os
 import sys
 import tempfile
 import time
