@@ -80,8 +80,10 @@ def main() -> int:
     args = parser.parse_args()
     from kitt_stt.models.registry import default_cache_dir
 
+    # SOAK_TURN_MODEL= (empty) runs without the end-of-turn model
+    overrides = {"turn": {"model": os.environ.get("SOAK_TURN_MODEL", "turnsense") or None}}
     with tempfile.TemporaryDirectory(prefix="soak-") as tmp, \
-            run_server(Path(tmp), default_cache_dir(), {"turn": {"model": os.environ.get("SOAK_TURN_MODEL", "turnsense") or None}}) as server:
+            run_server(Path(tmp), default_cache_dir(), overrides) as server:
         probe = MemoryProbe(server.process.pid).start()
         result = asyncio.run(soak(server.url, server.http, probe, args.cycles, args.floor_after))
         probe.stop()
