@@ -10,14 +10,21 @@ from kitt_stt.config.schema import AppConfig
 from kitt_stt.observability.logbuffer import ContextFilter, JsonFormatter, RecentLogBuffer
 
 
+class TextFormatter(logging.Formatter):
+    """Plain lines with ``[session/seat]``; ``-`` outside a session instead of ``None``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        record.ids = f"[{getattr(record, 'session', None) or '-'}/{getattr(record, 'seat', None) or '-'}]"
+        return super().format(record)
+
+
 def configure_logging(config: AppConfig) -> RecentLogBuffer | None:
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(ContextFilter())
     if config.logging.json_format:
         handler.setFormatter(JsonFormatter())
     else:
-        text_format = "%(asctime)s %(levelname)s %(name)s [%(session)s/%(seat)s]: %(message)s"
-        handler.setFormatter(logging.Formatter(text_format))
+        handler.setFormatter(TextFormatter("%(asctime)s %(levelname)s %(name)s %(ids)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(config.logging.level.upper())
