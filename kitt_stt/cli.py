@@ -115,15 +115,23 @@ def cmd_models_pull(args: argparse.Namespace) -> int:
     return 0
 
 
+def _installed(args: argparse.Namespace) -> tuple[Path, set[str]]:
+    """The model cache of the config in ``args`` and the registry models installed there."""
+    from kitt_stt.models.registry import COMPLETE_MARKER, REGISTRY, default_cache_dir
+
+    config = load_config(args.config).config
+    cache = config.models.cache_dir or default_cache_dir()
+    return cache, {name for name in REGISTRY if (cache / name / COMPLETE_MARKER).is_file()}
+
+
 def cmd_models_verify(args: argparse.Namespace) -> int:
-    from kitt_stt.models.registry import COMPLETE_MARKER, REGISTRY, default_cache_dir, verify_installed
+    from kitt_stt.models.registry import REGISTRY, verify_installed
 
     try:
-        config = load_config(args.config).config
+        cache, installed = _installed(args)
     except ConfigError as exc:
         return _fail(str(exc))
-    cache = config.models.cache_dir or default_cache_dir()
-    names = [args.name] if args.name else [n for n in REGISTRY if (cache / n / COMPLETE_MARKER).is_file()]
+    names = [args.name] if args.name else [name for name in REGISTRY if name in installed]
     failed = False
     for name in names:
         problems = verify_installed(cache / name)
@@ -135,16 +143,15 @@ def cmd_models_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_models_list(args: argparse.Namespace) -> int:
-    from kitt_stt.models.registry import COMPLETE_MARKER, REGISTRY, default_cache_dir
+    from kitt_stt.models.registry import REGISTRY
 
     try:
-        config = load_config(args.config).config
+        _, installed = _installed(args)
     except ConfigError as exc:
         return _fail(str(exc))
-    cache = config.models.cache_dir or default_cache_dir()
     for entry in REGISTRY.values():
-        installed = "installed" if (cache / entry.name / COMPLETE_MARKER).is_file() else "not installed"
-        print(f"{entry.name:<12} {entry.kind:<12} {installed:<14} {entry.description}  [{entry.licence}]")
+        state = "installed" if entry.name in installed else "not installed"
+        print(f"{entry.name:<16} {entry.kind:<12} {state:<14} {entry.description}  [{entry.licence}]")
     return 0
 
 
