@@ -13,7 +13,12 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY kitt_stt ./kitt_stt
+# onnxruntime and onnxruntime-gpu install the same module: with the gpu extra keep only the GPU build.
 RUN python3 -m pip install --no-cache-dir ".${EXTRAS:+[$EXTRAS]}" \
+ && if echo "$EXTRAS" | grep -q gpu; then \
+      python3 -m pip uninstall -y onnxruntime \
+      && python3 -m pip install --no-cache-dir --force-reinstall --no-deps "onnxruntime-gpu>=1.18"; \
+    fi \
  && useradd --system --uid 10001 kitt \
  && mkdir -p /var/cache/kitt-stt/models && chown -R kitt /var/cache/kitt-stt
 COPY config.yaml config-k8s.yaml config-k3s-orin.yaml ./
