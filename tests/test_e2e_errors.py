@@ -112,3 +112,12 @@ async def test_rate_limited_overloaded_unauthorized(tmp_path, model_cache) -> No
             frames = await collect_until(session, lambda fs: bool(of_type(fs, "error")), timeout=5)
             assert of_type(frames, "error")[0]["code"] == "rate_limited"
         assert httpx.get(f"{strict.http}/readyz").status_code == 200
+
+
+async def test_oversized_message_closes_only_that_connection_with_1009(server) -> None:
+    async with connect(server.url) as healthy, connect(server.url) as greedy:
+        await greedy.websocket.send(packed({"type": "audio", "pcm": bytes(2 << 20)}))  # 2 MiB > 1 MiB limit
+        with pytest.raises(websockets.ConnectionClosed):
+            await asyncio.wait_for(greedy.receive(), 5)
+        assert greedy.websocket.close_code == 1009
+        await still_transcribes(healthy)
