@@ -202,3 +202,15 @@ async def test_seat_names_in_any_script(server) -> None:
         await session.finalize("主驾")
         frames = await collect_until(session, lambda fs: bool(commits(fs)), timeout=5)
     assert commits(frames)[0]["seat"] == "主驾" and commits(frames)[0]["text"] == "AB"
+
+
+async def test_sixteen_connections_at_once_stay_apart(server) -> None:
+    texts = ["打开车门", "关车窗", "ABC", "DEF", "门窗", "AB", "车门", "EF"]
+    jobs = [speak_seats(server.url, {"driver": texts[i % 8], "passenger": texts[(i + 3) % 8]}, stagger_ms=60)
+            for i in range(16)]
+    results = await asyncio.gather(*jobs)
+    for index, frames in enumerate(results):
+        expected = {"driver": texts[index % 8], "passenger": texts[(index + 3) % 8]}
+        for seat, text in expected.items():
+            assert [f["text"] for f in of_type(frames, "final", seat)] == [text]
+            check_seat_ordering(frames, seat)
