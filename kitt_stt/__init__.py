@@ -1,9 +1,11 @@
 """kitt-stt: streaming speech-to-text for in-car voice assistants.
 
 Subpackages, by concern: ``config`` (schema and loader), ``protocol`` (wire frames), ``audio``
-(VAD, buffers, WAV), ``asr`` (engines and model checks), ``scheduler`` (inference queue),
-``pipeline`` (per-seat segments and turns), ``server`` (FastAPI/uvicorn), ``client`` (Python
-client and ``transcribe``), ``models`` (registry and the synthetic tone model).
+(VAD, buffers, WAV), ``asr`` (engines, decoding, model checks), ``scheduler`` (inference queue),
+``pipeline`` (per-seat segments, chunks and turns), ``turnsense`` (the end-of-turn model),
+``server`` (FastAPI/uvicorn), ``client`` (Python client and ``transcribe``), ``models``
+(registry, downloads, generated models), ``observability`` (trace, metrics, debug logs).
+Top-level modules: ``cli`` (the ``kitt-stt`` command), ``hotwords`` (hotword syntax), ``logs``.
 """
 
 __version__ = "0.1.0"

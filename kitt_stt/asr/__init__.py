@@ -1,3 +1,5 @@
-"""Speech recognition: the engine interface (``engine``), SenseVoice model-directory checks
-(``sense_voice_model``), the sherpa-onnx SenseVoice engine (``sherpa_sense_voice``), the front end
-(``features``), text clean-up (``text``) and engine construction from config (``factory``)."""
+"""Speech recognition: the engine interface (``engine``); our onnxruntime SenseVoice engine
+(``ort_sense_voice``) with its front end (``features``), execution providers (``providers``) and
+CTC decoding with hotwords (``ctc``); the sherpa-onnx reference engine (``sherpa_sense_voice``);
+model-directory checks (``sense_voice_model``, ``onnx_header``); text clean-up (``text``); and
+engine construction from config (``factory``)."""

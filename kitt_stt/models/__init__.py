@@ -1,2 +1,4 @@
-"""Models the service can run: the registry and cache (``registry``), and the synthetic tone
-model for tests (``tone_model``) with its speech synthesizer (``tone_synth``)."""
+"""Models the service can run: the registry and cache (``registry``), downloads (``download``,
+``sensevoice_release``), checksums (``checksums``), the synthetic tone model for tests
+(``tone_model``) with its speech synthesizer (``tone_synth``), and the SenseVoice-shaped
+benchmark model (``sensevoice_bench``)."""
