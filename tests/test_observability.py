@@ -183,3 +183,22 @@ async def test_metrics_move_and_buffers_return_to_zero(server) -> None:
     ]
     for name, labels in grew:
         assert metric(after, name, labels) > metric(before, name, labels), (name, labels)
+
+
+def test_log_records_carry_session_seat_segment_and_turn_ids() -> None:
+    from kitt_stt.observability.logbuffer import seat_id, session_id
+
+    ring = RecentLogBuffer(max_bytes=10_000, max_records=10)
+    logger = logging.getLogger("test.ids")
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG)
+    logger.addHandler(ring)
+    session_token, seat_token = session_id.set("sess-1"), seat_id.set("driver")
+    try:
+        logger.debug("turn committed", extra={"turn": 3, "segment": 7})
+    finally:
+        session_id.reset(session_token)
+        seat_id.reset(seat_token)
+        logger.removeHandler(ring)
+    record = json.loads(ring.lines()[-1])
+    assert (record["session"], record["seat"], record["segment"], record["turn"]) == ("sess-1", "driver", 7, 3)

@@ -258,7 +258,8 @@ class SeatPipeline:
                                                    coalesce_key=(self._owner, self.seat),
                                                    trace=self._trace_tag(segment))
         except Exception:
-            log.exception("interim decode failed (seat %s, segment %d)", self.seat, segment.segment_id)
+            log.exception("interim decode failed (seat %s, segment %d)", self.seat, segment.segment_id,
+                          extra={"segment": segment.segment_id})
             return
         if outcome is None or segment.closed:  # superseded, cancelled, or the final owns it now
             return
@@ -279,7 +280,8 @@ class SeatPipeline:
                                                    trace=self._trace_tag(segment))
             earlier = await self._chunk_texts(segment) if outcome is not None else None
         except Exception as exc:
-            log.exception("final decode failed (seat %s, segment %d)", self.seat, segment.segment_id)
+            log.exception("final decode failed (seat %s, segment %d)", self.seat, segment.segment_id,
+                          extra={"segment": segment.segment_id})
             self._emit(ErrorFrame(code=ErrorCode.INTERNAL.value, seat=self.seat,
                                   message=f"recognition failed for segment {segment.segment_id}: {exc}"))
         else:

@@ -153,6 +153,8 @@ class TurnTracker:
             return
         frame = CommitFrame(seat=self._seat, turn_id=self._next_turn_id, text=text,
                             segment_ids=list(turn.segment_ids), metadata=decision.as_metadata())
+        log.debug("turn committed: %s after %.0f ms", decision.reason.value, decision.wait_ms,
+                  extra={"turn": frame.turn_id, "segment": turn.segment_ids[-1]})
         self._next_turn_id += 1
         self._emit(frame)
 
