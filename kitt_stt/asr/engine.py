@@ -51,7 +51,6 @@ class EngineInfo:
     kind: str
     provider: str
     languages: tuple[str, ...] = ("auto",)
-    supports_hotwords: bool = False
 
 
 class StageTimer:

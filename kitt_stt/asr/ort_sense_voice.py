@@ -72,8 +72,7 @@ class OrtSenseVoiceEngine(AsrEngine):
         self._session = ort.InferenceSession(str(path), options, providers=provider_chain(config))
         check_active(self._session, config.provider)
         self._input_names = [item.name for item in self._session.get_inputs()][:4]
-        self.info = EngineInfo(name=model.name, kind=kind, provider=config.provider.value, languages=LANGUAGES,
-                               supports_hotwords=True)
+        self.info = EngineInfo(name=model.name, kind=kind, provider=config.provider.value, languages=LANGUAGES)
 
     def new_feature_stream(self) -> FeatureStream | None:
         return FeatureStream()

@@ -13,6 +13,7 @@ torch is needed only here, at build time (``pip install torch``); inference neve
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -132,11 +133,6 @@ def metadata(seed: int = 0) -> dict[str, str]:
     }
 
 
-def parameter_count() -> int:
-    _, model_class = _torch_modules()
-    return sum(p.numel() for p in model_class().parameters())
-
-
 def build_sensevoice_bench(out_dir: Path, seed: int = 0) -> dict[str, str]:
     """Write ``model.onnx`` (fp32), ``model.int8.onnx`` and ``tokens.txt``; return sha256 of each."""
     import onnx
@@ -146,6 +142,8 @@ def build_sensevoice_bench(out_dir: Path, seed: int = 0) -> dict[str, str]:
     torch.manual_seed(seed)
     out_dir.mkdir(parents=True, exist_ok=True)
     model = model_class().eval()
+    count = sum(parameter.numel() for parameter in model.parameters())
+    print(f"  {count / 1e6:.1f} M parameters", file=sys.stderr, flush=True)
     example = (torch.zeros(1, 20, FEATURE_DIM), torch.tensor([20], dtype=torch.int32),
                torch.tensor([0], dtype=torch.int32), torch.tensor([14], dtype=torch.int32))
     fp32 = out_dir / "model.onnx"

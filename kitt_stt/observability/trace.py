@@ -159,8 +159,6 @@ class TraceWriter:
         self._wake = threading.Event()
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="trace-writer", daemon=True)
-        self.last_write_ms = 0.0
-        self.writes = 0
 
     def start(self) -> None:
         self._path.parent.mkdir(parents=True, exist_ok=True)
@@ -181,7 +179,6 @@ class TraceWriter:
                 log.exception("writing the trace to %s failed", self._path)
 
     def write_now(self) -> Path:
-        started = time.perf_counter()
         events, names = self._tracer.snapshot()
         temporary = self._path.with_name(self._path.name + ".partial")
         with gzip.open(temporary, "wb", compresslevel=3) as handle:
@@ -190,8 +187,6 @@ class TraceWriter:
                 time.sleep(0)  # hand the GIL to any waiting producer between pieces
         self._rotate()
         os.replace(temporary, self._path)
-        self.last_write_ms = (time.perf_counter() - started) * 1000.0
-        self.writes += 1
         return self._path
 
     def _rotate(self) -> None:

@@ -77,7 +77,6 @@ class Connection:
         self._finished = asyncio.Event()
         self._closing = False
         self._aborting: asyncio.Task[None] | None = None
-        self.client_name: str | None = None
 
     # ----- outbound ----------------------------------------------------------------------------
 
@@ -265,7 +264,8 @@ class Connection:
 
     def _on_start(self, frame: StartFrame) -> None:
         self._settings = self._updated_settings(frame.language, frame.interim, frame.hotwords)
-        self.client_name = frame.client
+        if frame.client:
+            log.info("session %s: client %s", self.session_id, frame.client)
         for seat in frame.seats or []:
             self._seat(seat)
 
