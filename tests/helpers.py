@@ -21,6 +21,7 @@ import yaml
 
 from kitt_stt.client.session import SttSession
 from kitt_stt.models.tone_synth import ToneStyle, synthesize
+from kitt_stt.scheduler import InferenceScheduler
 
 FRAME_BYTES = 640  # 20 ms of 16 kHz int16
 
@@ -152,3 +153,13 @@ def run_server(tmp_path: Path, cache_dir: Path, overrides: dict[str, Any] | None
         if process.poll() is None:
             process.kill()
             process.wait(timeout=10)
+
+
+@contextmanager
+def running(scheduler: InferenceScheduler) -> Iterator[InferenceScheduler]:
+    """A started scheduler, stopped again however the test ends."""
+    scheduler.start()
+    try:
+        yield scheduler
+    finally:
+        scheduler.stop()

@@ -18,7 +18,7 @@ from kitt_stt.pipeline.eot import SilenceTimeoutPolicy
 from kitt_stt.pipeline.seat import SeatPipeline
 from kitt_stt.pipeline.settings import SessionSettings
 from kitt_stt.scheduler import InferenceScheduler, Priority
-from tests.helpers import tone_pcm
+from tests.helpers import running, tone_pcm
 
 
 class SpyEngine(AsrEngine):
@@ -114,9 +114,7 @@ async def test_stale_interims_are_skipped_under_load() -> None:
     from tests.test_scheduler import GatedEngine, block_worker, request
 
     engine = GatedEngine()
-    scheduler = InferenceScheduler(engine, workers=1, interim_budget_ms=50)
-    scheduler.start()
-    try:
+    with running(InferenceScheduler(engine, workers=1, interim_budget_ms=50)) as scheduler:
         blocker = await block_worker(scheduler, engine)
         stale = scheduler.submit(request("late"), Priority.INTERIM, owner="c", coalesce_key="k")
         final = scheduler.submit(request("final"), Priority.FINAL, owner="c")
@@ -126,17 +124,13 @@ async def test_stale_interims_are_skipped_under_load() -> None:
         assert (await final).result.text == "final"
         await blocker
         assert ["late"] not in engine.batches and scheduler.skipped_interims == 1
-    finally:
-        scheduler.stop()
 
 
 async def test_naive_mode_is_one_fifo_queue() -> None:
     from tests.test_scheduler import GatedEngine, block_worker, request
 
     engine = GatedEngine()
-    scheduler = InferenceScheduler(engine, workers=1, fifo=True)
-    scheduler.start()
-    try:
+    with running(InferenceScheduler(engine, workers=1, fifo=True)) as scheduler:
         blocker = await block_worker(scheduler, engine)
         interims = [scheduler.submit(request(f"i{n}"), Priority.INTERIM, owner="c", coalesce_key="same")
                     for n in range(3)]
@@ -144,8 +138,6 @@ async def test_naive_mode_is_one_fifo_queue() -> None:
         engine.gate.set()
         await asyncio.gather(blocker, final, *interims)
         assert engine.batches[1:] == [["i0"], ["i1"], ["i2"], ["final"]]  # no priority, no coalescing
-    finally:
-        scheduler.stop()
 
 
 async def test_closing_seats_cancel_their_queued_turn_predictions(tone_engine) -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult, EngineInfo
 from kitt_stt.scheduler import InferenceScheduler, Priority
+from tests.helpers import running
 
 
 class GatedEngine(AsrEngine):
@@ -45,9 +46,7 @@ async def block_worker(scheduler: InferenceScheduler, engine: GatedEngine) -> as
 
 async def test_final_behind_fifty_interims_runs_next() -> None:
     engine = GatedEngine()
-    scheduler = InferenceScheduler(engine, workers=1, max_batch=1)
-    scheduler.start()
-    try:
+    with running(InferenceScheduler(engine, workers=1, max_batch=1)) as scheduler:
         blocker = await block_worker(scheduler, engine)
         interims = [scheduler.submit(request(f"i{n}"), Priority.INTERIM, owner="c", coalesce_key=("c", n))
                     for n in range(50)]
@@ -57,15 +56,11 @@ async def test_final_behind_fifty_interims_runs_next() -> None:
         assert engine.batches[0] == ["blocker"]
         assert engine.batches[1] == ["final"]
         assert len(engine.batches) == 52
-    finally:
-        scheduler.stop()
 
 
 async def test_newer_interim_of_a_seat_replaces_the_pending_one() -> None:
     engine = GatedEngine()
-    scheduler = InferenceScheduler(engine, workers=1, max_batch=1)
-    scheduler.start()
-    try:
+    with running(InferenceScheduler(engine, workers=1, max_batch=1)) as scheduler:
         blocker = await block_worker(scheduler, engine)
         old = scheduler.submit(request("old"), Priority.INTERIM, owner="c", coalesce_key=("c", "driver"))
         other_seat = scheduler.submit(request("other"), Priority.INTERIM, owner="c", coalesce_key=("c", "rear"))
@@ -76,15 +71,11 @@ async def test_newer_interim_of_a_seat_replaces_the_pending_one() -> None:
         assert (await new).result.text == "new"
         assert ["old"] not in engine.batches
         assert sorted(b[0] for b in engine.batches[1:]) == ["new", "other"]
-    finally:
-        scheduler.stop()
 
 
 async def test_batches_same_priority_only() -> None:
     engine = GatedEngine()
-    scheduler = InferenceScheduler(engine, workers=1, max_batch=4)
-    scheduler.start()
-    try:
+    with running(InferenceScheduler(engine, workers=1, max_batch=4)) as scheduler:
         blocker = await block_worker(scheduler, engine)
         finals = [scheduler.submit(request(f"f{n}"), Priority.FINAL, owner="c") for n in range(6)]
         interim = scheduler.submit(request("i"), Priority.INTERIM, owner="c", coalesce_key="k")
@@ -92,15 +83,11 @@ async def test_batches_same_priority_only() -> None:
         outcomes = await asyncio.gather(*finals, interim, blocker)
         assert engine.batches[1:] == [["f0", "f1", "f2", "f3"], ["f4", "f5"], ["i"]]
         assert outcomes[0].batch_size == 4 and outcomes[0].queue_ms >= 0
-    finally:
-        scheduler.stop()
 
 
 async def test_cancel_owner_drops_only_that_connections_jobs() -> None:
     engine = GatedEngine()
-    scheduler = InferenceScheduler(engine, workers=1, max_batch=1)
-    scheduler.start()
-    try:
+    with running(InferenceScheduler(engine, workers=1, max_batch=1)) as scheduler:
         blocker = await block_worker(scheduler, engine)
         gone = [scheduler.submit(request("gone"), Priority.FINAL, owner="closed") for _ in range(3)]
         kept = scheduler.submit(request("kept"), Priority.FINAL, owner="open")
@@ -111,8 +98,6 @@ async def test_cancel_owner_drops_only_that_connections_jobs() -> None:
         assert (await kept).result.text == "kept"
         await blocker
         assert ["gone"] not in engine.batches
-    finally:
-        scheduler.stop()
 
 
 async def test_engine_failure_reaches_the_awaiter_and_worker_survives() -> None:
@@ -124,11 +109,7 @@ async def test_engine_failure_reaches_the_awaiter_and_worker_survives() -> None:
 
     engine = Flaky()
     engine.gate.set()
-    scheduler = InferenceScheduler(engine, workers=1)
-    scheduler.start()
-    try:
+    with running(InferenceScheduler(engine, workers=1)) as scheduler:
         with pytest.raises(RuntimeError, match="exploded"):
             await scheduler.submit(request("boom"), Priority.FINAL, owner="c")
         assert (await scheduler.submit(request("fine"), Priority.FINAL, owner="c")).result.text == "fine"
-    finally:
-        scheduler.stop()
