@@ -151,9 +151,11 @@ async def test_closing_seats_cancel_their_queued_turn_predictions(tone_engine) -
     class SlowModel:
         calls = 0
         gate = threading.Event()
+        entered = threading.Event()
 
         def predict(self, samples: np.ndarray) -> TurnPrediction:
             SlowModel.calls += 1
+            SlowModel.entered.set()
             SlowModel.gate.wait(5)
             return TurnPrediction(0.5, 1.0, 1.0)
 
@@ -167,8 +169,10 @@ async def test_closing_seats_cancel_their_queued_turn_predictions(tone_engine) -
             seat = SeatPipeline(f"s{index}", config, lambda: SessionSettings(interim=False), scheduler,
                                 SilenceTimeoutPolicy(50), lambda frame: None, owner=index, turn_model=runner)
             seat.push_audio(pcm)  # the segment ends: one prediction submitted
-            await asyncio.sleep(0)
+            if index == 0:  # the model is now busy with the first one; the rest queue behind it
+                assert await asyncio.to_thread(SlowModel.entered.wait, 5)
             seat.close()
+        await asyncio.sleep(0.05)  # cancelling an executor future reaches the executor on the next loop turn
         SlowModel.gate.set()
         await asyncio.sleep(0.3)
         assert SlowModel.calls == 1  # only the one already running; the other four were cancelled
