@@ -9,7 +9,8 @@ STAMP := $(VENV)/.installed-stamp
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet 'torch==2.13.0'  # CPU build on these machines; elsewhere see docs/models.md
+	$(PY) -m pip install --quiet -e '.[dev,convert]'
 	touch $(STAMP)
 
 ## Run the service on the embedded default model (built on first start), on 127.0.0.1:8000.

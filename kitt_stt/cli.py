@@ -197,6 +197,9 @@ def cmd_trt_build(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config).config
         resolved = resolve_model(config.asr.model, config.models)
+        if resolved.kind == "whisper":
+            return _fail(f"asr.model={config.asr.model} is a Whisper model; TensorRT engines are built for SenseVoice "
+                         "(Whisper runs on sherpa-onnx, CPU)")
         model = load_sense_voice_model(resolved.directory, prefer_int8=False)
         asr = config.asr.model_copy(update={"provider": Provider.TENSORRT})
         output = Path(args.out) if args.out else model.directory / "model.trt_ctx.onnx"

@@ -81,6 +81,7 @@ def free_port() -> int:
 TEST_CONFIG: dict[str, Any] = {
     "server": {"host": "127.0.0.1", "rate_limit": {"realtime_factor": 200.0, "burst_ms": 600_000},
                "shutdown_grace_s": 5},
+    "asr": {"model": "tone"},
     "vad": {"silence_ms": 300},
     "interim": {"start_ms": 200, "min_interval_ms": 200},
     "turn": {"wait_ms": 300, "model": None},

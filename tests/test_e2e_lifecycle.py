@@ -87,7 +87,7 @@ def test_transcribe_reports_unreachable_server(tmp_path: Path) -> None:
 
 def test_models_prepare_builds_the_configured_model_into_the_cache(tmp_path: Path) -> None:
     config = tmp_path / "c.yaml"
-    config.write_text(f"models:\n  cache_dir: {tmp_path / 'cache'}\n")
+    config.write_text(f"models:\n  cache_dir: {tmp_path / 'cache'}\nasr:\n  model: tone\n")
     result = kitt("models", "prepare", "--config", str(config))
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "cache" / "tone" / "model.onnx").is_file()

@@ -234,7 +234,7 @@ def test_trt_build_fails_clearly_without_tensorrt(tmp_path: Path, model_cache: P
     import sys
 
     config = tmp_path / "c.yaml"
-    config.write_text(f"models:\n  cache_dir: {model_cache}\n")
+    config.write_text(f"models:\n  cache_dir: {model_cache}\nasr:\n  model: tone\n")
     result = subprocess.run([sys.executable, "-m", "kitt_stt", "trt", "build", "--config", str(config)],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2

@@ -51,6 +51,7 @@ class EngineInfo:
     kind: str
     provider: str
     languages: tuple[str, ...] = ("auto",)
+    hotwords: bool = True  # False: the engine cannot bias decoding, so sessions asking for it are refused
 
 
 class StageTimer:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from kitt_stt.asr.engine import AsrEngine
 from kitt_stt.asr.ort_sense_voice import OrtSenseVoiceEngine
 from kitt_stt.asr.providers import check_profile_covers_segments
 from kitt_stt.asr.sense_voice_model import ModelError, load_sense_voice_model
 from kitt_stt.asr.sherpa_sense_voice import SherpaSenseVoiceEngine
+from kitt_stt.asr.sherpa_whisper import SherpaWhisperEngine
+from kitt_stt.asr.whisper_model import LONGEST_AUDIO_MS, load_whisper_model
 from kitt_stt.config.schema import AppConfig, Engine, Provider
 from kitt_stt.models.registry import resolve_model
 
@@ -14,23 +18,52 @@ from kitt_stt.models.registry import resolve_model
 def build_engine(config: AppConfig) -> AsrEngine:
     """Resolve and validate the model, then construct its engine.
 
-    ``asr.engine: onnxruntime`` (default) runs SenseVoice on our onnxruntime pipeline (CPU,
-    CUDA, TensorRT; greedy or hotword beam search).  ``asr.engine: sherpa`` uses sherpa-onnx,
-    the reference implementation, which is CPU and greedy only here.
+    Whisper models run on sherpa-onnx. For SenseVoice, ``asr.engine: onnxruntime`` (default)
+    runs our onnxruntime pipeline (CPU, CUDA, TensorRT; greedy or hotword beam search) and
+    ``asr.engine: sherpa`` uses sherpa-onnx, the reference implementation (CPU, greedy).
     """
     asr = config.asr
     resolved = resolve_model(asr.model, config.models)
-    model = load_sense_voice_model(resolved.directory, prefer_int8=asr.provider is Provider.CPU)
-    if asr.engine is Engine.ONNXRUNTIME:
-        check_profile_covers_segments(asr, config.vad.max_segment_ms)
-        return OrtSenseVoiceEngine(model, kind=resolved.kind, config=asr)
+    if resolved.kind == "whisper":
+        engine: AsrEngine = _build_whisper(config, resolved.directory, resolved.kind)
+    else:
+        model = load_sense_voice_model(resolved.directory, prefer_int8=asr.provider is Provider.CPU)
+        if asr.engine is Engine.ONNXRUNTIME:
+            check_profile_covers_segments(asr, config.vad.max_segment_ms)
+            return OrtSenseVoiceEngine(model, kind=resolved.kind, config=asr)
+        _require_cpu_greedy(config, "SenseVoice")
+        engine = SherpaSenseVoiceEngine(model, kind=resolved.kind, num_threads=asr.num_threads)
+    if asr.hotwords and not engine.info.hotwords:
+        raise ModelError(f"asr.hotwords needs hotword biasing, which {engine.info.kind} on sherpa-onnx does not do; "
+                         "use a SenseVoice model with asr.engine: onnxruntime, or clear asr.hotwords")
+    if asr.language not in engine.info.languages:
+        raise ModelError(f"asr.language={asr.language!r} is not one of this model's languages: "
+                         f"{', '.join(engine.info.languages)}")
+    return engine
+
+
+def _require_cpu_greedy(config: AppConfig, family: str) -> None:
+    asr = config.asr
     if asr.provider is not Provider.CPU:
         raise ModelError(
-            f"asr.provider={asr.provider.value} with asr.engine=sherpa: sherpa-onnx runs SenseVoice on the CPU "
-            "only (it silently falls back to CPU for 'cuda' and terminates for TensorRT); use "
-            "asr.engine: onnxruntime for GPU execution"
+            f"asr.provider={asr.provider.value}: sherpa-onnx runs {family} on the CPU only here (it silently falls "
+            "back to CPU for 'cuda' and terminates for TensorRT)"
+            + ("; use asr.engine: onnxruntime for GPU execution" if family == "SenseVoice" else "")
         )
     if asr.decoding.method != "greedy":
-        raise ModelError("asr.decoding.method=beam needs asr.engine: onnxruntime; sherpa-onnx decodes SenseVoice "
-                         "greedily only")
-    return SherpaSenseVoiceEngine(model, kind=resolved.kind, num_threads=asr.num_threads)
+        raise ModelError(f"asr.decoding.method=beam: sherpa-onnx decodes {family} greedily only"
+                         + ("; use asr.engine: onnxruntime" if family == "SenseVoice" else ""))
+
+
+def _build_whisper(config: AppConfig, directory: Path, kind: str) -> AsrEngine:
+    _require_cpu_greedy(config, "Whisper")
+    asr = config.asr
+    longest, setting = config.vad.max_segment_ms, "vad.max_segment_ms"
+    if not asr.naive and asr.chunk_pause_ms and 2 * asr.max_chunk_ms < longest:
+        longest, setting = 2 * asr.max_chunk_ms, "asr.max_chunk_ms (speech without any quiet frame is cut at twice it)"
+    if longest > LONGEST_AUDIO_MS:
+        raise ModelError(f"Whisper reads at most {LONGEST_AUDIO_MS} ms per decode, but this configuration can ask for "
+                         f"{longest} ms: lower {setting}")
+    model = load_whisper_model(directory)
+    return SherpaWhisperEngine(model, kind=kind, num_threads=asr.num_threads,
+                               tail_paddings=asr.whisper.tail_paddings, task=asr.whisper.task)

@@ -28,7 +28,8 @@ class SherpaSenseVoiceEngine(AsrEngine):
         self._num_threads = num_threads
         self._recognizers: dict[tuple[str, bool], sherpa_onnx.OfflineRecognizer] = {}
         self._lock = threading.Lock()
-        self.info = EngineInfo(name=model.name, kind=kind, provider="cpu", languages=LANGUAGES)
+        self.info = EngineInfo(name=model.name, kind=kind, provider="cpu", languages=LANGUAGES,
+                               hotwords=False)
 
     def _recognizer(self, language: str, use_itn: bool) -> sherpa_onnx.OfflineRecognizer:
         if language not in LANGUAGES:

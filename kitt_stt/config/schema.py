@@ -89,13 +89,21 @@ class Decoding(_Section):
     max_active_paths: int = Field(default=4, ge=1, le=64)
 
 
+class WhisperOptions(_Section):
+    """Whisper models (``asr.whisper``); they always run on sherpa-onnx, whatever ``asr.engine`` says."""
+
+    tail_paddings: int = Field(default=300, ge=50, le=1000)  # 10 ms frames of silence after the audio
+    task: str = Field(default="transcribe", pattern="^(transcribe|translate)$")
+
+
 class AsrConfig(_Section):
-    model: str = "tone"
+    model: str = "whisper-base"
     engine: Engine = Engine.ONNXRUNTIME
     provider: Provider = Provider.CPU
     cuda: CudaOptions = CudaOptions()
     tensorrt: TensorRTOptions = TensorRTOptions()
     decoding: Decoding = Decoding()
+    whisper: WhisperOptions = WhisperOptions()
     num_threads: int = Field(default=1, ge=1)
     workers: int = Field(default=2, ge=1, le=64)
     max_batch: int = Field(default=1, ge=1, le=64)

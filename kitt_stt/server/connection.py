@@ -277,6 +277,10 @@ class Connection:
                                 f"language {language!r} is not supported by this model; "
                                 f"use one of {', '.join(languages)}")
         parsed = None
+        if hotwords and not self._state.engine.info.hotwords:
+            raise ProtocolError(ErrorCode.BAD_FIELD,
+                                f"hotwords are not supported by this model's engine ({self._state.engine.info.kind}); "
+                                "send an empty list or none")
         if hotwords is not None:
             try:
                 parsed = parse_hotwords(hotwords)

@@ -67,7 +67,11 @@ def prepare_window(samples: np.ndarray) -> np.ndarray:
 
 def log_mel(samples: np.ndarray) -> np.ndarray:
     """Audio -> (80, 800) float32 model input."""
-    audio = prepare_window(samples)
+    return log_mel_spectrogram(prepare_window(samples))
+
+
+def log_mel_spectrogram(audio: np.ndarray) -> np.ndarray:
+    """float64 audio as it is (no normalisation, no window) -> (80, len/160) float32 Whisper features."""
     padded = np.pad(audio, N_FFT // 2, mode="reflect")
     count = 1 + (padded.shape[0] - N_FFT) // HOP
     frames = np.lib.stride_tricks.as_strided(
