@@ -83,6 +83,25 @@ def cmd_models_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_models_convert_whisper(args: argparse.Namespace) -> int:
+    from kitt_stt.models.ct2_reader import Ct2FormatError
+    from kitt_stt.models.whisper_export import convert_whisper
+    from kitt_stt.models.whisper_vocab import VocabularyError
+
+    source = Path(args.ct2_dir)
+    missing = [name for name in ("model.bin", "vocabulary.txt") if not (source / name).is_file()]
+    if missing:
+        return _fail(f"{source}: not a CTranslate2 Whisper directory (missing {', '.join(missing)})")
+    try:
+        digests = convert_whisper(source / "model.bin", source / "vocabulary.txt", Path(args.out), prefix=args.prefix)
+    except (Ct2FormatError, VocabularyError, ValueError, RuntimeError) as exc:
+        return _fail(str(exc))
+    for name, digest in digests.items():
+        print(f"{digest}  {Path(args.out) / name}")
+    print(f"set asr.model: {args.out}")
+    return 0
+
+
 def cmd_models_prepare(args: argparse.Namespace) -> int:
     from kitt_stt.asr.sense_voice_model import ModelError
     from kitt_stt.models.registry import resolve_model
@@ -258,6 +277,13 @@ def build_parser() -> argparse.ArgumentParser:
     listing = model_commands.add_parser("list", help="registry models and whether they are installed")
     listing.add_argument("--config")
     listing.set_defaults(handler=cmd_models_list)
+
+    convert = model_commands.add_parser(
+        "convert-whisper", help="convert a multilingual CTranslate2 (faster-whisper) Whisper directory to sherpa-onnx")
+    convert.add_argument("ct2_dir", help="directory with model.bin (format 6) and vocabulary.txt")
+    convert.add_argument("--out", required=True)
+    convert.add_argument("--prefix", default="whisper", help="file name prefix: PREFIX-encoder.onnx, ...")
+    convert.set_defaults(handler=cmd_models_convert_whisper)
 
     prepare = model_commands.add_parser("prepare", help="install the configured asr.model and turn.model")
     prepare.add_argument("--config")

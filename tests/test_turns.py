@@ -166,6 +166,8 @@ def test_join_texts() -> None:
     assert join_texts(["打开", "车门"]) == "打开车门"
     assert join_texts(["open the", "door"]) == "open the door"
     assert join_texts(["", "门", "", "AB"]) == "门AB"
+    assert join_texts(["Open the door please.", "Open", ", now"]) == "Open the door please. Open, now"
+    assert join_texts(["打开车门。", "Open it"]) == "打开车门。Open it"
 
 
 def test_sample_ring_keeps_exactly_the_newest_samples() -> None:

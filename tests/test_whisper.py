@@ -30,6 +30,7 @@ from kitt_stt.models.whisper_release import download_ct2_whisper_base
 from kitt_stt.models.whisper_vocab import read_vocabulary, token_bytes
 from kitt_stt.turnsense.features import log_mel_spectrogram
 from tests.helpers import collect_until, of_type, run_server, send_pcm, silence
+from utils.performance.text_distance import edit_distance
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
@@ -200,21 +201,14 @@ def _simplified_hanzi(text: str) -> str:
     return "".join(char for char in simplified if "\u4e00" <= char <= "\u9fff")
 
 
-def _edit_distance(a: str, b: str) -> int:
-    row = list(range(len(b) + 1))
-    for i, char_a in enumerate(a, 1):
-        diagonal, row[0] = row[0], i
-        for j, char_b in enumerate(b, 1):
-            diagonal, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, diagonal + (char_a != char_b))
-    return row[-1]
-
-
-async def _final_text(url: str, samples: np.ndarray, language: str) -> tuple[str, list[dict]]:
+async def _final_text(url: str, samples: np.ndarray, language: str, **settings: object) -> tuple[str, list[dict]]:
+    """The joined final texts of one utterance, and every frame (``ready`` first)."""
     async with connect(url) as session:
-        await session.start(language=language)
+        await session.start(language=language, **settings)
         whole_blocks = np.pad(samples, (0, -len(samples) % 160))  # the protocol takes 10 ms blocks
         await send_pcm(session, whole_blocks.tobytes() + silence(1000))
         frames = await collect_until(session, lambda got: bool(of_type(got, "commit")), timeout=60)
+        frames.insert(0, session.ready)
     return " ".join(frame["text"] for frame in of_type(frames, "final")), frames
 
 
@@ -226,12 +220,14 @@ def test_real_speech_end_to_end(tmp_path: Path, model_cache: Path, whisper_dir: 
         english, frames = asyncio.run(_final_text(server.url, read_clip("en_open_the_car_door_please"), "en"))
         assert not [frame for frame in frames if frame["type"] == "error"]
         expected = "openthecardoorplease"
-        assert _edit_distance(_normalised_letters(english), expected) <= 2, english  # espeak's "car door" ~ "card or"
+        assert edit_distance(_normalised_letters(english), expected) <= 2, english  # espeak's "car door" ~ "card or"
         mandarin, _ = asyncio.run(_final_text(server.url, read_clip("zh_da_kai_che_men"), "zh"))
         hanzi = _simplified_hanzi(mandarin)
-        assert _edit_distance(hanzi, "打开车门") <= 1 and "车门" in hanzi, mandarin
-        rejected = asyncio.run(_rejected_hotwords(server.url))
-        assert rejected["code"] == "bad_field" and "hotwords" in rejected["message"]
+        assert edit_distance(hanzi, "打开车门") <= 1 and "车门" in hanzi, mandarin
+        hinted, frames = asyncio.run(_final_text(server.url, read_clip("en_go_forward_ten_meters"), "en",
+                                                 hotwords=["kitt"]))
+        assert "forward" in hinted.lower() and not of_type(frames, "error")  # accepted, not applied
+        assert frames[0]["type"] == "ready" and frames[0]["model"]["hotwords"] is False
         wav = tmp_path / "go.wav"
         shutil.copy(SPEECH / "en_go_forward_ten_meters.wav", wav)
         printed = subprocess.run([sys.executable, "-m", "kitt_stt", "transcribe", "--url", server.url, "--language",
@@ -240,8 +236,18 @@ def test_real_speech_end_to_end(tmp_path: Path, model_cache: Path, whisper_dir: 
         assert "forward" in printed.stdout.lower() and "meters" in printed.stdout.lower(), printed.stdout
 
 
-async def _rejected_hotwords(url: str) -> dict:
-    async with connect(url) as session:
-        await session.start(hotwords=["kitt"])
-        frames = await collect_until(session, lambda got: bool(of_type(got, "error")))
-    return of_type(frames, "error")[0]
+
+
+def test_convert_whisper_command_fails_clearly(ct2_dir: Path, tmp_path: Path) -> None:
+    def convert(source: Path) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "kitt_stt", "models", "convert-whisper", str(source), "--out",
+                               str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+
+    empty = convert(tmp_path)
+    assert empty.returncode == 2 and "missing model.bin, vocabulary.txt" in empty.stderr
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    shutil.copy(ct2_dir / "vocabulary.txt", broken)
+    (broken / "model.bin").write_bytes((ct2_dir / "model.bin").read_bytes()[:4096])
+    truncated = convert(broken)
+    assert truncated.returncode == 2 and "truncated" in truncated.stderr and "Traceback" not in truncated.stderr

@@ -1,5 +1,6 @@
 """Speech recognition: the engine interface (``engine``); our onnxruntime SenseVoice engine
 (``ort_sense_voice``) with its front end (``features``), execution providers (``providers``) and
-CTC decoding with hotwords (``ctc``); the sherpa-onnx reference engine (``sherpa_sense_voice``);
-model-directory checks (``sense_voice_model``, ``onnx_header``); text clean-up (``text``); and
-engine construction from config (``factory``)."""
+CTC decoding with hotwords (``ctc``); the sherpa-onnx engines, SenseVoice as the reference
+(``sherpa_sense_voice``) and Whisper (``sherpa_whisper``); model-directory checks
+(``sense_voice_model``, ``whisper_model``, ``onnx_header``); text clean-up (``text``); and engine
+construction from config (``factory``)."""

@@ -92,7 +92,7 @@ class Decoding(_Section):
 class WhisperOptions(_Section):
     """Whisper models (``asr.whisper``); they always run on sherpa-onnx, whatever ``asr.engine`` says."""
 
-    tail_paddings: int = Field(default=300, ge=50, le=1000)  # 10 ms frames of silence after the audio
+    tail_paddings: int = Field(default=700, ge=50, le=2000)  # 10 ms frames of silence after the audio
     task: str = Field(default="transcribe", pattern="^(transcribe|translate)$")
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import unicodedata
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -46,15 +47,24 @@ class Turn:
 
 
 def join_texts(parts: Iterable[str]) -> str:
-    """Join segment texts: a space between two Latin-script words, nothing between CJK text."""
+    """Join segment or chunk texts: a space between words of spaced scripts ("please." + "Open"),
+    nothing next to CJK text (wide characters) or before closing punctuation."""
     joined = ""
     for part in parts:
+        part = part.strip()
         if not part:
             continue
-        if joined and joined[-1].isascii() and joined[-1].isalnum() and part[0].isascii() and part[0].isalnum():
+        if joined and not _is_wide(joined[-1]) and not _is_wide(part[0]) and part[0] not in _NO_SPACE_BEFORE:
             joined += " "
         joined += part
     return joined
+
+
+_NO_SPACE_BEFORE = frozenset(".,!?;:)]}'\"…%")
+
+
+def _is_wide(char: str) -> bool:
+    return unicodedata.east_asian_width(char) in ("W", "F")
 
 
 class TurnTracker:

@@ -84,6 +84,7 @@ class ModelInfo(BaseModel):
     name: str
     kind: str
     provider: str
+    hotwords: bool  # whether the engine applies hotwords (otherwise they are accepted and ignored)
 
 
 class Limits(BaseModel):

@@ -145,7 +145,7 @@ class Connection:
         server = self._config.server
         return ReadyFrame(
             session_id=self.session_id,
-            model=ModelInfo(name=info.name, kind=info.kind, provider=info.provider),
+            model=ModelInfo(name=info.name, kind=info.kind, provider=info.provider, hotwords=info.hotwords),
             limits=Limits(
                 sample_rate=SAMPLE_RATE, frame_ms=20, max_frame_ms=server.max_frame_ms,
                 max_seats=server.max_seats, max_segment_ms=self._config.vad.max_segment_ms,
@@ -278,9 +278,8 @@ class Connection:
                                 f"use one of {', '.join(languages)}")
         parsed = None
         if hotwords and not self._state.engine.info.hotwords:
-            raise ProtocolError(ErrorCode.BAD_FIELD,
-                                f"hotwords are not supported by this model's engine ({self._state.engine.info.kind}); "
-                                "send an empty list or none")
+            log.info("session %s: hotwords accepted but not applied (the %s engine cannot bias decoding)",
+                     self.session_id, self._state.engine.info.kind)
         if hotwords is not None:
             try:
                 parsed = parse_hotwords(hotwords)

@@ -9,6 +9,13 @@ server spent per second of audio, and the highest seat count whose final p95 sta
 500 ms.  A round that does not finish within length + 30 s counts its missing finals as failures.
 
     python utils/performance/latency_report.py --model sensevoice-bench --seats 1 4 8 --lengths 3 15 30
+    python utils/performance/latency_report.py --model whisper-base \
+        --wav tests/fixtures/speech/en_open_the_car_door_please.wav --naive-max-segment-ms 29000
+
+With ``--wav`` the phrase is real speech (its leading and trailing silence trimmed), and the
+1-seat rows also compare the texts: pause-chunked (optimised) against whole-segment (naive).
+Whisper reads at most 30 s per decode, so its naive server must split longer speech
+(``--naive-max-segment-ms``); such rows count as incomplete (two finals).
 """
 
 from __future__ import annotations
@@ -23,9 +30,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from kitt_stt.audio.wavfile import write_wav_16k_mono  # noqa: E402
+import numpy as np  # noqa: E402
+
+from kitt_stt.audio.wavfile import read_wav_16k_mono, write_wav_16k_mono  # noqa: E402
 from kitt_stt.models.tone_synth import ToneStyle, synthesize  # noqa: E402
 from tests.helpers import run_server  # noqa: E402
+from utils.performance.text_distance import edit_distance, words  # noqa: E402
 from utils.performance.workload import nearest_rank, run_workload  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -42,18 +52,25 @@ def main() -> int:
     parser.add_argument("--seats", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--lengths", type=float, nargs="+", default=[3, 15, 30])
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--wav", type=Path, help="a real phrase (16 kHz mono WAV) instead of tone speech")
+    parser.add_argument("--naive-max-segment-ms", type=int, default=90_000)
     args = parser.parse_args()
     from kitt_stt.models.registry import default_cache_dir
 
     results = []
+    texts: dict[tuple[str, float], str] = {}
     with tempfile.TemporaryDirectory(prefix="latency-report-") as tmp:
         work = Path(tmp)
         phrase = work / "phrase.wav"
-        spoken = synthesize("打开车门关窗", ToneStyle(burst_ms=220, gap_ms=90))
-        write_wav_16k_mono(phrase, (spoken * 32767).astype("<i2"))
+        if args.wav:
+            spoken = trim_silence(read_wav_16k_mono(args.wav))
+        else:
+            spoken = (synthesize("打开车门关窗", ToneStyle(burst_ms=220, gap_ms=90)) * 32767).astype("<i2")
+        write_wav_16k_mono(phrase, spoken)
         common = {"asr": {"model": args.model}, "vad": {"silence_ms": 500, "max_segment_ms": 90_000},
                   "turn": {"model": None, "wait_ms": 300}, "server": {"max_seats": 16}}
-        naive = {**common, "asr": {**common["asr"], "naive": True}}
+        naive = {**common, "asr": {**common["asr"], "naive": True},
+                 "vad": {**common["vad"], "max_segment_ms": args.naive_max_segment_ms}}
         cache = default_cache_dir()
         with run_server(work, cache, common) as fast, run_server(work, cache, naive) as slow:
             servers = {"optimised": fast, "naive": slow}
@@ -67,6 +84,8 @@ def main() -> int:
                         cpu = cpu_seconds(server.process.pid) - before
                         latencies = [r.client_final_latency_ms for r in rows if r.client_final_latency_ms is not None]
                         missing = sum(1 for r in rows if r.client_final_latency_ms is None or r.finals != 1)
+                        if seats == 1:
+                            texts[mode, length] = " / ".join(r.text for r in rows)
                         results.append({"mode": mode, "seats": seats, "length": length,
                                         "p50": nearest_rank(latencies, 50), "p95": nearest_rank(latencies, 95),
                                         "missing": missing, "rows": len(rows),
@@ -88,7 +107,20 @@ def main() -> int:
         if by_mode.get("naive", {}).get("p50") and by_mode.get("optimised", {}).get("p50"):
             print(f"{length:g} s, 4 seats: naive / optimised median final latency = "
                   f"{by_mode['naive']['p50'] / by_mode['optimised']['p50']:.1f}x")
+    if args.wav and texts:
+        print("\n1 seat, final text: pause-chunked (optimised) vs whole-segment (naive)")
+        for length in args.lengths:
+            chunked, whole = texts.get(("optimised", length), ""), texts.get(("naive", length), "")
+            distance = edit_distance(words(chunked), words(whole))
+            print(f"{length:g} s: {distance} word edits over {len(words(whole))} words\n"
+                  f"  chunked: {chunked}\n  whole:   {whole}")
     return 0
+
+
+def trim_silence(samples: np.ndarray, threshold: int = 300) -> np.ndarray:
+    loud = np.flatnonzero(np.abs(samples.astype(np.int32)) > threshold)
+    return samples[loud[0]:loud[-1] + 1] if loud.size else samples
+
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ sys.path.insert(0, str(REPO))
 from kitt_stt.audio.wavfile import read_wav_16k_mono  # noqa: E402
 from kitt_stt.client.session import SttSession, connect  # noqa: E402
 from kitt_stt.models.tone_synth import ToneStyle, synthesize  # noqa: E402
+from kitt_stt.pipeline.turn import join_texts  # noqa: E402
 
 FRAME_MS = 20
 FRAME_BYTES = 640
@@ -140,7 +141,7 @@ async def run_connection(url: str, connection: int, seats: int, pcm: bytes, expe
                     row.interims += 1
                 elif frame["type"] == "final":
                     row.finals += 1
-                    row.text += frame["text"]
+                    row.text = join_texts([row.text, frame["text"]])
                     row.server_latency_ms = frame["server_latency_ms"]
                     if seat in stop_times:
                         row.client_final_latency_ms = (now - stop_times[seat]) * 1000.0
