@@ -233,7 +233,8 @@ def test_real_speech_end_to_end(tmp_path: Path, model_cache: Path, whisper_dir: 
         printed = subprocess.run([sys.executable, "-m", "kitt_stt", "transcribe", "--url", server.url, "--language",
                                   "en", str(wav)], capture_output=True, text=True, timeout=120)
         assert printed.returncode == 0, printed.stderr
-        assert "forward" in printed.stdout.lower() and "meters" in printed.stdout.lower(), printed.stdout
+        final = next(line for line in printed.stdout.splitlines() if line.startswith("final")).split("#1", 1)[1]
+        assert "forward" in final.lower() and "meters" in final.lower() and "[" not in final, printed.stdout
 
 
 
@@ -251,3 +252,17 @@ def test_convert_whisper_command_fails_clearly(ct2_dir: Path, tmp_path: Path) ->
     (broken / "model.bin").write_bytes((ct2_dir / "model.bin").read_bytes()[:4096])
     truncated = convert(broken)
     assert truncated.returncode == 2 and "truncated" in truncated.stderr and "Traceback" not in truncated.stderr
+
+
+@pytest.mark.parametrize(("raw", "clean"), [
+    ("[MUSIC go forward 10 meters", "go forward 10 meters"),  # seen through the server: noise in the pre-roll
+    ("[drum Go forward 10 meters.", "Go forward 10 meters."),
+    ("[Music] open the door (applause)", "open the door"),
+    ("♪ 打开车门 ♪", "打开车门"),
+    ("[BLANK_AUDIO]", ""),
+    ("Go forward 10 meters.", "Go forward 10 meters."),
+])
+def test_whisper_sound_annotations_are_not_transcript(raw: str, clean: str) -> None:
+    from kitt_stt.asr.text import strip_annotations
+
+    assert strip_annotations(raw) == clean

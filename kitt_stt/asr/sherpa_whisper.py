@@ -21,6 +21,7 @@ import numpy as np
 import sherpa_onnx
 
 from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult, EngineInfo, StageTimer
+from kitt_stt.asr.text import strip_annotations
 from kitt_stt.asr.whisper_model import WhisperModel
 
 SAMPLE_RATE = 16000
@@ -80,7 +81,7 @@ def _read_result(result: Any) -> AsrResult:
     prefixes of one English clip decoded with language auto). The text joins all bytes and is
     valid unless decoding stopped inside a character; then there is nothing valid to return."""
     try:
-        text = result.text.strip()
+        text = strip_annotations(result.text)
     except UnicodeDecodeError:
         log.warning("Whisper stopped inside a multi-byte character; returning empty text")
         return AsrResult(text="", lang=result.lang or None)

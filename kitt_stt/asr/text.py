@@ -1,4 +1,5 @@
-"""Text post-processing shared by engines: SenseVoice tags out, language code normalised."""
+"""Text post-processing shared by engines: SenseVoice tags and Whisper's sound annotations out,
+language code normalised."""
 
 from __future__ import annotations
 
@@ -11,6 +12,18 @@ _SPACES = re.compile(r"\s+")
 def strip_tags(text: str) -> str:
     """Remove SenseVoice's ``<|...|>`` tags (language, emotion, event, ITN) from text."""
     return _SPACES.sub(" ", _TAG.sub("", text)).strip()
+
+
+_ANNOTATION = re.compile(r"\[[^\[\]]*\]|\([^()]*\)|[♪♫]")
+_UNCLOSED_LEADING = re.compile(r"^\s*[\[(][^\s\])]*")
+
+
+def strip_annotations(text: str) -> str:
+    """Remove what Whisper writes for sounds rather than speech: ``[Music]``, ``(applause)``, ``♪``,
+    and a leading tag it never closed (``[MUSIC go forward`` -> ``go forward``), which noise before
+    the speech in a VAD segment's pre-roll provokes. CTranslate2 front ends suppress these tokens
+    while decoding; sherpa-onnx's greedy search does not, so they are taken out of the text."""
+    return _SPACES.sub(" ", _UNCLOSED_LEADING.sub("", _ANNOTATION.sub(" ", text))).strip()
 
 
 def tag_value(tag: str | None) -> str | None:
