@@ -7,6 +7,8 @@ those idle samples are the floor; after the last cycle it pauses again for the e
 Reports live sessions and buffered bytes from /metrics (both must be 0) and end RSS / floor.
 
     python utils/performance/soak.py --cycles 500
+    python utils/performance/soak.py --cycles 200 --model whisper-base \
+        --wav tests/fixtures/speech/en_go_forward_ten_meters.wav
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ import time
 from pathlib import Path
 
 import httpx
+import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from kitt_stt.audio.wavfile import read_wav_16k_mono  # noqa: E402
 from kitt_stt.client.session import connect  # noqa: E402
 from tests.helpers import run_server, send_pcm, tone_pcm  # noqa: E402
 from utils.performance.memory_probe import MemoryProbe  # noqa: E402
@@ -53,8 +57,7 @@ async def cycle(url: str, pcm: bytes) -> None:
             pass
 
 
-async def soak(url: str, http: str, probe: MemoryProbe, cycles: int, floor_after: int) -> dict:
-    pcm = tone_pcm("打开车门", tail_ms=0)
+async def soak(url: str, http: str, probe: MemoryProbe, cycles: int, floor_after: int, pcm: bytes) -> dict:
     started = time.monotonic()
     for index in range(1, cycles + 1):
         probe.mark("load")
@@ -77,15 +80,23 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cycles", type=int, default=500)
     parser.add_argument("--floor-after", type=int, default=50)
+    parser.add_argument("--model", default="tone", help="asr.model of the server")
+    parser.add_argument("--wav", type=Path, help="speech to send (16 kHz mono WAV) instead of tone speech")
     args = parser.parse_args()
     from kitt_stt.models.registry import default_cache_dir
 
     # SOAK_TURN_MODEL= (empty) runs without the end-of-turn model
-    overrides = {"turn": {"model": os.environ.get("SOAK_TURN_MODEL", "turnsense") or None}}
+    overrides = {"turn": {"model": os.environ.get("SOAK_TURN_MODEL", "turnsense") or None},
+                 "asr": {"model": args.model}}
+    if args.wav:
+        samples = read_wav_16k_mono(args.wav)
+        pcm = np.pad(samples, (0, -len(samples) % 160)).astype("<i2").tobytes()  # whole 10 ms blocks
+    else:
+        pcm = tone_pcm("打开车门", tail_ms=0)
     with tempfile.TemporaryDirectory(prefix="soak-") as tmp, \
             run_server(Path(tmp), default_cache_dir(), overrides) as server:
         probe = MemoryProbe(server.process.pid).start()
-        result = asyncio.run(soak(server.url, server.http, probe, args.cycles, args.floor_after))
+        result = asyncio.run(soak(server.url, server.http, probe, args.cycles, args.floor_after, pcm))
         probe.stop()
     floor, end = probe.floor(phase="idle"), probe.floor(phase="end")
     print(f"cycles: {args.cycles}; live sessions after: {result['live_sessions']:.0f}; seats after: "
