@@ -1,12 +1,12 @@
 """Whisper on sherpa-onnx's ``OfflineRecognizer`` (greedy, CPU): the engine for real speech here.
 
 Whisper decodes autoregressively, so unlike CTC its cost grows with the text as well as the audio,
-and it reads at most 30 s at a time (segments are kept shorter: see ``check_whisper_limits``).
+and it reads at most 30 s at a time (``asr/factory.py`` refuses configurations that could ask more).
 sherpa-onnx fixes the language per recognizer, so one is built lazily per language a session
 asks for ("auto" lets Whisper detect it); each costs one more copy of the model in memory
 (about 170 MB for base). ``tail_paddings`` is the silence (in 10 ms feature frames) appended so
 Whisper sees the end of speech: too little (300) and it repeats phrases when speech ends
-abruptly, as chunks do; 700 was as accurate as sherpa's default 1000 for 20 % less work
+abruptly, as chunks do; 700 was as accurate as sherpa's default 1000 for 21 % less work
 (docs/models.md).
 """
 
