@@ -28,7 +28,6 @@ from kitt_stt.models.checksums import sha256_file
 from kitt_stt.models.ct2_reader import Ct2Model, read_ct2_model
 from kitt_stt.models.whisper_vocab import WhisperVocabulary, read_vocabulary
 
-MAX_FRAMES = 3000  # Whisper's 30 s window; sherpa-onnx never feeds more
 LAYER_NORM_EPS = 1e-5
 
 
