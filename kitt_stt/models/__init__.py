@@ -1,4 +1,4 @@
-"""Models the service can run: the registry and cache (``registry``), downloads (``download``,
+"""Models the service can run: the registry and cache (``registry``), downloads (``download``, ``pypi``,
 ``sensevoice_release``, ``whisper_release``), checksums (``checksums``), the CTranslate2 ->
 sherpa-onnx Whisper converter (``ct2_reader``, ``whisper_vocab``, ``whisper_export``), the
 synthetic tone model for tests (``tone_model``) with its speech synthesizer (``tone_synth``), and

