@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from kitt_stt.asr.onnx_header import OnnxHeaderError, read_onnx_header
+from kitt_stt.asr.onnx_header import OnnxHeader, OnnxHeaderError, read_onnx_header
 
 MODEL_FILES = ("model.int8.onnx", "model.onnx")
 TOKENS_FILE = "tokens.txt"
@@ -60,6 +60,14 @@ def find_model_file(directory: Path, prefer_int8: bool = True) -> Path:
         f"{directory}: no {' or '.join(MODEL_FILES)} found; a SenseVoice model directory holds the "
         f"ONNX model and {TOKENS_FILE} (see docs/models.md)"
     )
+
+
+def read_model_header(path: Path) -> OnnxHeader:
+    """The ONNX header (metadata, inputs, outputs) without the weights; unreadable -> ModelError."""
+    try:
+        return read_onnx_header(path)
+    except OnnxHeaderError as exc:
+        raise ModelError(str(exc)) from None
 
 
 def read_tokens(path: Path) -> list[str]:
@@ -126,10 +134,7 @@ def load_sense_voice_model(directory: Path, prefer_int8: bool = True) -> SenseVo
     model_path = find_model_file(directory, prefer_int8)
     tokens_path = directory / TOKENS_FILE
     tokens = read_tokens(tokens_path)
-    try:
-        header = read_onnx_header(model_path)
-    except OnnxHeaderError as exc:
-        raise ModelError(str(exc)) from None
+    header = read_model_header(model_path)
     vocab_size = _check_metadata(model_path, header.metadata)
     if vocab_size != len(tokens):
         raise ModelError(

@@ -13,8 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from kitt_stt.asr.onnx_header import OnnxHeaderError, read_onnx_header
-from kitt_stt.asr.sense_voice_model import ModelError
+from kitt_stt.asr.sense_voice_model import ModelError, read_model_header
 
 REQUIRED_KEYS = ("n_mels", "n_text_layer", "n_text_ctx", "n_text_state", "n_vocab", "sot", "eot", "blank_id",
                  "translate", "transcribe", "is_multilingual", "no_timestamps", "no_speech", "sot_sequence")
@@ -49,13 +48,6 @@ def _pick(directory: Path, part: str, prefer_int8: bool) -> Path:
     return ordered[0]
 
 
-def _header(path: Path):
-    try:
-        return read_onnx_header(path)
-    except OnnxHeaderError as exc:
-        raise ModelError(str(exc)) from None
-
-
 def load_whisper_model(directory: Path, prefer_int8: bool = True) -> WhisperModel:
     """Validate ``directory`` and describe it; raises :class:`ModelError` on any problem."""
     if not directory.is_dir():
@@ -65,7 +57,7 @@ def load_whisper_model(directory: Path, prefer_int8: bool = True) -> WhisperMode
     tokens = sorted(directory.glob("*-tokens.txt"))
     if not tokens:
         raise ModelError(f"{directory}: no *-tokens.txt beside the Whisper encoder and decoder")
-    encoder = _header(encoder_path)
+    encoder = read_model_header(encoder_path)
     metadata = encoder.metadata
     missing = [key for key in REQUIRED_KEYS if key not in metadata]
     multilingual = metadata.get("is_multilingual", "0") == "1"
@@ -77,7 +69,7 @@ def load_whisper_model(directory: Path, prefer_int8: bool = True) -> WhisperMode
     if len(encoder.inputs) != 1 or len(encoder.outputs) != 2:
         raise ModelError(f"{encoder_path}: expected 1 input (mel) and 2 outputs (cross k/v), found "
                          f"{len(encoder.inputs)} and {len(encoder.outputs)}")
-    decoder = _header(decoder_path)
+    decoder = read_model_header(decoder_path)
     if len(decoder.inputs) != DECODER_INPUTS or len(decoder.outputs) < 3:
         raise ModelError(f"{decoder_path}: expected {DECODER_INPUTS} inputs (tokens, self k/v caches, cross k/v, "
                          f"offset) and 3 outputs, found {len(decoder.inputs)} and {len(decoder.outputs)}")
