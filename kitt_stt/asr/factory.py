@@ -31,7 +31,7 @@ def build_engine(config: AppConfig) -> AsrEngine:
         if asr.engine is Engine.ONNXRUNTIME:
             check_profile_covers_segments(asr, config.vad.max_segment_ms)
             return OrtSenseVoiceEngine(model, kind=resolved.kind, config=asr)
-        _require_cpu_greedy(config, "SenseVoice")
+        _require_cpu_greedy(config, "SenseVoice", instead="; use asr.engine: onnxruntime")
         engine = SherpaSenseVoiceEngine(model, kind=resolved.kind, num_threads=asr.num_threads)
     if asr.hotwords and not engine.info.hotwords:
         raise ModelError(f"asr.hotwords needs hotword biasing, which {engine.info.kind} on sherpa-onnx does not do; "
@@ -42,17 +42,14 @@ def build_engine(config: AppConfig) -> AsrEngine:
     return engine
 
 
-def _require_cpu_greedy(config: AppConfig, family: str) -> None:
+def _require_cpu_greedy(config: AppConfig, family: str, instead: str = "") -> None:
+    """sherpa-onnx runs on the CPU with greedy search only; ``instead`` says what to use otherwise."""
     asr = config.asr
     if asr.provider is not Provider.CPU:
-        raise ModelError(
-            f"asr.provider={asr.provider.value}: sherpa-onnx runs {family} on the CPU only here (it silently falls "
-            "back to CPU for 'cuda' and terminates for TensorRT)"
-            + ("; use asr.engine: onnxruntime for GPU execution" if family == "SenseVoice" else "")
-        )
+        raise ModelError(f"asr.provider={asr.provider.value}: sherpa-onnx runs {family} on the CPU only here (it "
+                         f"silently falls back to CPU for 'cuda' and terminates for TensorRT){instead}")
     if asr.decoding.method != "greedy":
-        raise ModelError(f"asr.decoding.method=beam: sherpa-onnx decodes {family} greedily only"
-                         + ("; use asr.engine: onnxruntime" if family == "SenseVoice" else ""))
+        raise ModelError(f"asr.decoding.method=beam: sherpa-onnx decodes {family} greedily only{instead}")
 
 
 def _build_whisper(config: AppConfig, directory: Path, kind: str) -> AsrEngine:
