@@ -20,7 +20,6 @@ torch is needed only for this conversion (the ``convert`` extra); inference need
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -175,25 +174,25 @@ def _build_modules(model: Ct2Model) -> tuple[Any, Any, dict[str, int]]:
 
 def whisper_metadata(dims: dict[str, int], vocab: WhisperVocabulary, model_type: str) -> dict[str, str]:
     """The encoder metadata sherpa-onnx reads (it refuses a model that lacks any of these keys)."""
-    special = vocab.special_id
+    special = vocab.special
     return {
         "model_type": model_type,
         "maintainer": "kitt-stt (converted from CTranslate2)",
         **{key: str(value) for key, value in dims.items()},
-        "sot": str(special("startoftranscript")),
-        "eot": str(special("endoftext")),
+        "sot": str(special["startoftranscript"]),
+        "eot": str(special["endoftext"]),
         "blank_id": str(vocab.tokens.index("Ġ")),
-        "translate": str(special("translate")),
-        "transcribe": str(special("transcribe")),
-        "sot_lm": str(special("startoflm")),
-        "sot_prev": str(special("startofprev")),
-        "no_speech": str(special("nocaptions")),
-        "no_timestamps": str(special("notimestamps")),
+        "translate": str(special["translate"]),
+        "transcribe": str(special["transcribe"]),
+        "sot_lm": str(special["startoflm"]),
+        "sot_prev": str(special["startofprev"]),
+        "no_speech": str(special["nocaptions"]),
+        "no_timestamps": str(special["notimestamps"]),
         "is_multilingual": "1",
         "sot_index": "0",
         # sot, language (replaced per request), task (replaced per request)
-        "sot_sequence": ",".join(str(t) for t in (special("startoftranscript"), vocab.language_ids[0],
-                                                   special("transcribe"))),
+        "sot_sequence": ",".join(str(t) for t in (special["startoftranscript"], vocab.language_ids[0],
+                                                   special["transcribe"])),
         "all_language_tokens": ",".join(str(t) for t in vocab.language_ids),
         "all_language_codes": ",".join(vocab.language_codes),
     }
@@ -219,7 +218,7 @@ def _export(module: Any, example: tuple[Any, ...], path: Path, inputs: list[str]
 
 
 def convert_whisper(model_bin: Path, vocabulary: Path, out_dir: Path, prefix: str = "base",
-                    keep_fp32: bool = False, progress: Callable[[str], None] | None = None) -> dict[str, str]:
+                    keep_fp32: bool = False) -> dict[str, str]:
     """Write ``{prefix}-encoder.onnx``, ``{prefix}-decoder.int8.onnx`` and ``{prefix}-tokens.txt``.
 
     The encoder stays float32: dynamic int8 quantisation distorts its output (Whisper's encoder
@@ -230,8 +229,8 @@ def convert_whisper(model_bin: Path, vocabulary: Path, out_dir: Path, prefix: st
     """
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    def say(message: str) -> None:
-        (progress or (lambda text: print(text, file=sys.stderr, flush=True)))(message)
+    def say(message: str) -> None:  # progress of a ~15 s job, on stderr like pip's
+        print(message, file=sys.stderr, flush=True)
 
     torch = _torch()
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -53,9 +53,6 @@ class WhisperVocabulary:
         """Text tokens come first; the first special (``<|endoftext|>``) ends them."""
         return self.special["endoftext"]
 
-    def special_id(self, name: str) -> int:
-        return self.special[name]
-
     def tokens_file(self) -> str:
         """``tokens.txt`` for sherpa-onnx; the empty token (multilingual id 50256) has no bytes to list."""
         lines = []
