@@ -34,6 +34,8 @@ def tone_pcm(text: str, lead_ms: float = 300.0, tail_ms: float = 800.0, **style:
 
 
 def frames_of(pcm: bytes, frame_bytes: int = FRAME_BYTES) -> list[bytes]:
+    """20 ms frames; a short last frame is padded with silence, as ``kitt-stt transcribe`` does."""
+    pcm += bytes(-len(pcm) % frame_bytes)
     return [pcm[i : i + frame_bytes] for i in range(0, len(pcm), frame_bytes)]
 
 

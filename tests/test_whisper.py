@@ -12,7 +12,6 @@ import shutil
 import struct
 import subprocess
 import sys
-import wave
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +20,7 @@ import pytest
 
 from kitt_stt.asr.sense_voice_model import ModelError
 from kitt_stt.asr.whisper_model import load_whisper_model
+from kitt_stt.audio.wavfile import read_wav_16k_mono
 from kitt_stt.client.session import connect
 from kitt_stt.config.schema import AppConfig
 from kitt_stt.models.ct2_reader import Ct2FormatError, read_ct2_model
@@ -42,9 +42,7 @@ CROSS_K_TOLERANCE = 1e-3  # max |ours - reference| / max |reference| over every 
 
 
 def read_clip(name: str) -> np.ndarray:
-    with wave.open(str(SPEECH / f"{name}.wav")) as handle:
-        assert (handle.getframerate(), handle.getnchannels(), handle.getsampwidth()) == (16000, 1, 2)
-        return np.frombuffer(handle.readframes(handle.getnframes()), dtype=np.int16)
+    return read_wav_16k_mono(SPEECH / f"{name}.wav")
 
 
 @pytest.fixture(scope="session")
@@ -196,8 +194,8 @@ async def _final_text(url: str, samples: np.ndarray, language: str, **settings: 
     """The joined final texts of one utterance, and every frame (``ready`` first)."""
     async with connect(url) as session:
         await session.start(language=language, **settings)
-        whole_blocks = np.pad(samples, (0, -len(samples) % 160))  # the protocol takes 10 ms blocks
-        await send_pcm(session, whole_blocks.tobytes() + silence(1000))
+        await send_pcm(session, samples.tobytes())
+        await send_pcm(session, silence(1000))
         frames = await collect_until(session, lambda got: bool(of_type(got, "commit")), timeout=60)
         frames.insert(0, session.ready)
     return " ".join(frame["text"] for frame in of_type(frames, "final")), frames

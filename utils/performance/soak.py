@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 
 import httpx
-import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
@@ -88,11 +87,7 @@ def main() -> int:
     # SOAK_TURN_MODEL= (empty) runs without the end-of-turn model
     overrides = {"turn": {"model": os.environ.get("SOAK_TURN_MODEL", "turnsense") or None},
                  "asr": {"model": args.model}}
-    if args.wav:
-        samples = read_wav_16k_mono(args.wav)
-        pcm = np.pad(samples, (0, -len(samples) % 160)).astype("<i2").tobytes()  # whole 10 ms blocks
-    else:
-        pcm = tone_pcm("打开车门", tail_ms=0)
+    pcm = read_wav_16k_mono(args.wav).tobytes() if args.wav else tone_pcm("打开车门", tail_ms=0)
     with tempfile.TemporaryDirectory(prefix="soak-") as tmp, \
             run_server(Path(tmp), default_cache_dir(), overrides) as server:
         probe = MemoryProbe(server.process.pid).start()

@@ -12,14 +12,12 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-import wave
 from pathlib import Path
-
-import numpy as np
 
 from kitt_stt.asr.engine import AsrRequest, DecodeOptions
 from kitt_stt.asr.sherpa_whisper import SherpaWhisperEngine
 from kitt_stt.asr.whisper_model import load_whisper_model
+from kitt_stt.audio.wavfile import read_wav_16k_mono
 from kitt_stt.models.registry import resolve_model
 
 FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "speech"
@@ -37,8 +35,7 @@ def main() -> None:
     print(f"{resolved.directory} ({args.threads} thread(s), median of {args.rounds})")
     print(f"{'clip':38} {'lang':5} {'audio s':>7} {'decode ms':>9} {'RTF':>6}  text")
     for clip in sorted(FIXTURES.glob("*.wav")):
-        with wave.open(str(clip)) as handle:
-            samples = np.frombuffer(handle.readframes(handle.getnframes()), dtype=np.int16)
+        samples = read_wav_16k_mono(clip)
         for language in (clip.name[:2], "auto"):
             request = AsrRequest(samples, DecodeOptions(language=language))
             times, text = [], ""
