@@ -4,7 +4,7 @@ Whisper decodes autoregressively, so unlike CTC its cost grows with the text as 
 and it reads at most 30 s at a time (``asr/factory.py`` refuses configurations that could ask more).
 sherpa-onnx fixes the language per recognizer, so one is built lazily per language a session
 asks for ("auto" lets Whisper detect it); each costs one more copy of the model in memory
-(about 170 MB for base). ``tail_paddings`` is the silence (in 10 ms feature frames) appended so
+(measured here: 280-320 MB of RSS each for base). ``tail_paddings`` is the silence (in 10 ms feature frames) appended so
 Whisper sees the end of speech: too little (300) and it repeats phrases when speech ends
 abruptly, as chunks do; 700 was as accurate as sherpa's default 1000 for 21 % less work
 (docs/models.md).

@@ -104,7 +104,7 @@ def fetch_whisper_base(out_dir: Path) -> dict[str, str]:
     with tempfile.TemporaryDirectory(prefix="kitt-whisper-") as scratch_name:
         scratch = Path(scratch_name)
         download_ct2_whisper_base(scratch)
-        print("converting whisper-base to sherpa-onnx's format (about 20 s)...", file=sys.stderr, flush=True)
+        print("converting whisper-base to sherpa-onnx's format (about 15 s)...", file=sys.stderr, flush=True)
         digests = convert_whisper(scratch / "model.bin", scratch / "vocabulary.txt", out_dir, prefix="base")
         shutil.copyfile(scratch / "LICENSE", out_dir / "LICENSE")
     (out_dir / "NOTICE").write_text(NOTICE)
