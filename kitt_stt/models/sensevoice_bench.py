@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from kitt_stt.models.checksums import sha256_file
+from kitt_stt.models.onnx_metadata import set_file_metadata
 from kitt_stt.models.tone_model import LANGUAGE_IDS, WITH_ITN_ID, WITHOUT_ITN_ID
 
 VOCAB = 25055
@@ -135,7 +136,6 @@ def metadata(seed: int = 0) -> dict[str, str]:
 
 def build_sensevoice_bench(out_dir: Path, seed: int = 0) -> dict[str, str]:
     """Write ``model.onnx`` (fp32), ``model.int8.onnx`` and ``tokens.txt``; return sha256 of each."""
-    import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     torch, model_class = _torch_modules()
@@ -154,19 +154,9 @@ def build_sensevoice_bench(out_dir: Path, seed: int = 0) -> dict[str, str]:
             dynamic_axes={"x": {0: "N", 1: "T"}, "x_length": {0: "N"}, "language": {0: "N"},
                           "text_norm": {0: "N"}, "logits": {0: "N", 1: "T4"}},
         )
-    exported = onnx.load(str(fp32))
-    for key, value in metadata(seed).items():
-        entry = exported.metadata_props.add()
-        entry.key, entry.value = key, value
-    onnx.save(exported, str(fp32))
-    del exported
+    set_file_metadata(fp32, metadata(seed))
     int8 = out_dir / "model.int8.onnx"
     quantize_dynamic(str(fp32), str(int8), weight_type=QuantType.QInt8)
-    onnx_int8 = onnx.load(str(int8))
-    if not any(entry.key == "vocab_size" for entry in onnx_int8.metadata_props):
-        for key, value in metadata(seed).items():
-            entry = onnx_int8.metadata_props.add()
-            entry.key, entry.value = key, value
-        onnx.save(onnx_int8, str(int8))
+    set_file_metadata(int8, metadata(seed))
     (out_dir / "tokens.txt").write_text("".join(f"{token} {index}\n" for index, token in enumerate(tokens())))
     return {name: sha256_file(out_dir / name) for name in ("model.onnx", "model.int8.onnx", "tokens.txt")}

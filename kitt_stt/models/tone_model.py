@@ -32,6 +32,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from kitt_stt.asr.features import LFR_SHIFT, LFR_WINDOW, NUM_MEL_BINS, log_mel
+from kitt_stt.models.onnx_metadata import set_metadata
 from kitt_stt.models.tone_synth import TONE_PITCHES, buzz
 
 SPECIAL_TOKENS = [
@@ -330,9 +331,7 @@ def _set_metadata(model: onnx.ModelProto, vocab: int) -> None:
         "neg_mean": ",".join(["0"] * dim),
         "inv_stddev": ",".join(["1"] * dim),
     }
-    for key, value in meta.items():
-        entry = model.metadata_props.add()
-        entry.key, entry.value = key, value
+    set_metadata(model, meta)
 
 
 def build_tone_model(out_dir: Path) -> dict[str, str]:

@@ -25,6 +25,7 @@ from typing import Any
 
 from kitt_stt.models.checksums import sha256_file
 from kitt_stt.models.ct2_reader import Ct2Model, read_ct2_model
+from kitt_stt.models.onnx_metadata import set_file_metadata
 from kitt_stt.models.whisper_vocab import WhisperVocabulary, read_vocabulary
 
 LAYER_NORM_EPS = 1e-5
@@ -198,17 +199,6 @@ def whisper_metadata(dims: dict[str, int], vocab: WhisperVocabulary, model_type:
     }
 
 
-def _set_metadata(path: Path, metadata: dict[str, str]) -> None:
-    import onnx
-
-    model = onnx.load(str(path))
-    del model.metadata_props[:]
-    for key, value in metadata.items():
-        entry = model.metadata_props.add()
-        entry.key, entry.value = key, value
-    onnx.save(model, str(path))
-
-
 def _export(module: Any, example: tuple[Any, ...], path: Path, inputs: list[str], outputs: list[str],
             dynamic_axes: dict[str, dict[int, str]]) -> None:
     torch = _torch()
@@ -263,7 +253,7 @@ def convert_whisper(model_bin: Path, vocabulary: Path, out_dir: Path, prefix: st
     del encoder, decoder, weights
     metadata = whisper_metadata(dims, vocab, model_type=f"whisper-{prefix}")
     written = {}
-    _set_metadata(fp32["encoder"], metadata)
+    set_file_metadata(fp32["encoder"], metadata)
     written[fp32["encoder"].name] = fp32["encoder"]
     decoder_int8 = out_dir / f"{prefix}-decoder.int8.onnx"
     say("quantising the decoder to int8")
