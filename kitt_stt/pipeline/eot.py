@@ -106,7 +106,7 @@ class TurnSensePolicy(EotPolicy):
             except Exception:
                 log.exception("end-of-turn model failed; waiting for silence instead")
         probability = None if prediction is None else prediction.probability
-        model_ms = None if prediction is None else round(prediction.features_ms + prediction.model_ms, 2)
+        model_ms = None if prediction is None else round(prediction.total_ms, 2)
         if probability is not None and probability >= self.threshold:
             return Decision(CommitReason.MODEL, context.waited_ms(), probability, self.threshold, model_ms)
         await sleep_until(context, self.wait_ms)

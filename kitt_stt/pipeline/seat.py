@@ -216,7 +216,7 @@ class SeatPipeline:
             return
         prediction = done.result()
         if self._observe.metrics is not None:
-            self._observe.metrics.turn_model.observe((prediction.features_ms + prediction.model_ms) / 1000.0)
+            self._observe.metrics.turn_model.observe(prediction.total_ms / 1000.0)
         tracer = self._observe.tracer
         if tracer is None:
             return
@@ -298,7 +298,7 @@ class SeatPipeline:
         timing["audio_ms"] = segment.buffer.duration_ms
         prediction = turn.prediction
         if prediction is not None and prediction.done() and not prediction.cancelled() and not prediction.exception():
-            timing["turnsense_ms"] = round(prediction.result().features_ms + prediction.result().model_ms, 2)
+            timing["turnsense_ms"] = round(prediction.result().total_ms, 2)
         self._emit(FinalFrame(
             seat=self.seat, segment_id=segment.segment_id, text=text, start_ms=segment.start_ms,
             end_ms=segment.end_ms, lang=lang, emotion=emotion, event=event, server_latency_ms=round(latency_ms, 2),

@@ -32,6 +32,11 @@ class TurnPrediction:
     model_ms: float
     started: float = 0.0  # time.perf_counter() when feature extraction began
 
+    @property
+    def total_ms(self) -> float:
+        """Features plus model: what one decision costs."""
+        return self.features_ms + self.model_ms
+
 
 class TurnSenseModel:
     def __init__(self, path: Path, provider: Provider = Provider.CPU, num_threads: int = 1) -> None:
