@@ -90,9 +90,12 @@ def test_invalid_yaml_and_bad_hotword(tmp_path: Path) -> None:
         load_config(write(tmp_path / "hw.yaml", {"asr": {"hotwords": ["word:zero"]}}), env={})
 
 
-@pytest.mark.parametrize("name", ["config.yaml", "config-k8s.yaml", "config-k3s-orin.yaml"])
-def test_shipped_configs_are_valid(name: str) -> None:
-    load_config(REPO / name, env={})
+@pytest.mark.parametrize(("name", "model"), [("config.yaml", "whisper-base"),
+                                             ("config-k8s.yaml", "/models/sensevoice"),
+                                             ("config-k3s-orin.yaml", "/models/sensevoice")])
+def test_shipped_configs_are_valid(name: str, model: str) -> None:
+    """Valid, and the embedded default runs whisper-base while the deployments run SenseVoice."""
+    assert load_config(REPO / name, env={}).config.asr.model == model
 
 
 def test_config_show_prints_the_merged_config() -> None:
