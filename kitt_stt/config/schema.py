@@ -32,18 +32,45 @@ class RateLimitConfig(_Section):
     burst_ms: int = Field(default=10_000, ge=1000)
 
 
+class SegmentStartBudget(_Section):
+    """Per-seat budget for opening segments (each one costs a final decode): ``burst`` at once,
+    then ``per_s`` a second. Real speech opens at most ~2 a second (start + silence hysteresis)."""
+
+    per_s: float = Field(default=2.0, gt=0)
+    burst: int = Field(default=10, ge=1)
+
+
 class ServerConfig(_Section):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     path: str = "/stt/sensevoice"
     auth_token: str | None = None
+    metrics_auth: bool = False
     max_connections: int = Field(default=64, ge=1)
+    max_connections_per_client_ip: int | None = Field(default=None, ge=1)
+    idle_timeout_s: float = Field(default=60.0, ge=0)
+    max_pending_decodes: int = Field(default=16, ge=1, le=10_000)
+    segment_starts: SegmentStartBudget = SegmentStartBudget()
     max_seats: int = Field(default=8, ge=1, le=64)
     max_frame_ms: int = Field(default=1000, ge=10, le=1000)
     max_message_bytes: int = Field(default=1 << 20, ge=4096)
     outbound_queue_frames: int = Field(default=2000, ge=10)
     rate_limit: RateLimitConfig = RateLimitConfig()
     shutdown_grace_s: float = Field(default=10.0, ge=0)
+
+    @field_validator("auth_token")
+    @classmethod
+    def _token_not_blank(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("an empty auth token would turn authentication off: remove the key (or set null) "
+                             "to run without auth, or set a real token")
+        return value
+
+    @model_validator(mode="after")
+    def _metrics_auth_needs_token(self) -> ServerConfig:
+        if self.metrics_auth and not self.auth_token:
+            raise ValueError("server.metrics_auth needs server.auth_token")
+        return self
 
 
 class CudaOptions(_Section):
@@ -108,6 +135,12 @@ class AsrConfig(_Section):
     workers: int = Field(default=2, ge=1, le=64)
     max_batch: int = Field(default=1, ge=1, le=64)
     language: str = "auto"
+    # Languages sessions may pick (each Whisper language is a separate ~300 MB recognizer); entries
+    # the model does not know are left out at start-up.
+    languages: list[str] = Field(default=["auto", "zh", "en", "yue", "ja", "ko"], min_length=1)
+    max_recognizers: int = Field(default=2, ge=1, le=100)
+    hotword_cache_size: int = Field(default=64, ge=1, le=10_000)
+    max_queue: int = Field(default=256, ge=1)
     use_itn: bool = True
     hotwords: list[str] = []
     chunk_pause_ms: int = Field(default=200, ge=0)
@@ -204,6 +237,13 @@ class AppConfig(_Section):
     logging: LoggingConfig = LoggingConfig()
     tracing: TracingConfig = TracingConfig()
     debug: DebugConfig = DebugConfig()
+
+    @model_validator(mode="after")
+    def _default_language_allowed(self) -> AppConfig:
+        if self.asr.language not in self.asr.languages:
+            raise ValueError(f"asr.language {self.asr.language!r} must be one of asr.languages "
+                             f"({', '.join(self.asr.languages)})")
+        return self
 
     @model_validator(mode="after")
     def _chunk_pause_below_segment_silence(self) -> AppConfig:
