@@ -113,3 +113,93 @@ async def test_engine_failure_reaches_the_awaiter_and_worker_survives() -> None:
         with pytest.raises(RuntimeError, match="exploded"):
             await scheduler.submit(request("boom"), Priority.FINAL, owner="c")
         assert (await scheduler.submit(request("fine"), Priority.FINAL, owner="c")).result.text == "fine"
+
+
+async def test_connections_take_turns_within_a_priority() -> None:
+    engine = GatedEngine()
+    with running(InferenceScheduler(engine, workers=1, max_batch=1)) as scheduler:
+        blocker = await block_worker(scheduler, engine)
+        flood = [scheduler.submit(request(f"flood{n}"), Priority.FINAL, owner="flooder") for n in range(20)]
+        victim = scheduler.submit(request("victim"), Priority.FINAL, owner="victim")
+        engine.gate.set()
+        await asyncio.gather(blocker, victim, *flood)
+        order = [batch[0] for batch in engine.batches]
+        assert order.index("victim") <= 2  # the blocker, at most one flood decode, then the victim
+
+
+async def test_closed_segments_chunks_are_promoted_past_other_finals() -> None:
+    engine = GatedEngine()
+    with running(InferenceScheduler(engine, workers=1, max_batch=1)) as scheduler:
+        blocker = await block_worker(scheduler, engine)
+        chunk = scheduler.submit(request("chunk"), Priority.CHUNK, owner="a")
+        others = [scheduler.submit(request(f"other{n}"), Priority.FINAL, owner="b") for n in range(5)]
+        assert scheduler.promote([chunk]) == 1
+        engine.gate.set()
+        await asyncio.gather(blocker, chunk, *others)
+        order = [batch[0] for batch in engine.batches]
+        assert order.index("chunk") <= 2, order  # round-robin with b's finals, not after all of them
+
+
+async def test_outstanding_counts_until_answered() -> None:
+    engine = GatedEngine()
+    with running(InferenceScheduler(engine, workers=1, max_batch=1)) as scheduler:
+        blocker = await block_worker(scheduler, engine)
+        jobs = [scheduler.submit(request(f"j{n}"), Priority.FINAL, owner="c") for n in range(3)]
+        assert scheduler.outstanding("c") == 3 and scheduler.queue_depth == 3
+        engine.gate.set()
+        await asyncio.gather(blocker, *jobs)
+        await asyncio.sleep(0)
+        assert scheduler.outstanding("c") == 0 and scheduler.queue_depth == 0
+
+
+async def test_a_failing_request_is_retried_alone_and_its_batch_mates_succeed() -> None:
+    class PoisonAware(GatedEngine):
+        def decode_batch(self, requests, timer=None):
+            if any(r.options.language == "poison" for r in requests):
+                if len(requests) > 1:
+                    raise RuntimeError("batch contains poison")
+                raise ValueError("poison")
+            return super().decode_batch(requests, timer)
+
+    engine = PoisonAware()
+    with running(InferenceScheduler(engine, workers=1, max_batch=4)) as scheduler:
+        blocker = await block_worker(scheduler, engine)
+        good = [scheduler.submit(request(f"g{n}"), Priority.FINAL, owner=f"c{n}") for n in range(2)]
+        bad = scheduler.submit(request("poison"), Priority.FINAL, owner="c9")
+        engine.gate.set()
+        await blocker
+        assert [(await g).result.text for g in good] == ["g0", "g1"]
+        with pytest.raises(ValueError, match="poison"):
+            await bad
+
+
+async def test_a_fault_after_decoding_reaches_the_awaiter_and_the_worker_goes_on() -> None:
+    calls = []
+
+    def observer(priority, queue_s, decode_s) -> None:
+        calls.append(priority)
+        if len(calls) == 1:
+            raise RuntimeError("observer broke")
+
+    engine = GatedEngine()
+    engine.gate.set()
+    with running(InferenceScheduler(engine, workers=1, observer=observer)) as scheduler:
+        first = scheduler.submit(request("a"), Priority.FINAL, owner="c")
+        await asyncio.wait([first])
+        second = await scheduler.submit(request("b"), Priority.FINAL, owner="c")
+        assert second.result.text == "b" and scheduler.failure is None
+
+
+async def test_a_dead_worker_is_reported() -> None:
+    class Fatal(GatedEngine):
+        def decode_batch(self, requests, timer=None):
+            raise SystemExit("worker killed")  # not an Exception: escapes every handler
+
+    scheduler = InferenceScheduler(Fatal(), workers=1)
+    with running(scheduler):
+        scheduler.submit(request("x"), Priority.FINAL, owner="c")
+        for _ in range(100):
+            if scheduler.failure:
+                break
+            await asyncio.sleep(0.02)
+        assert scheduler.failure is not None and "worker killed" in scheduler.failure

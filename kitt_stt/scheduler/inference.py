@@ -4,12 +4,17 @@ Why a scheduler instead of ``run_in_executor``: a plain FIFO executor lets a seg
 wait behind every interim queued before it, and lets a fast talker pile up interims that are
 stale before they run.  Here:
 
-* finals run strictly before interims (a heap ordered by priority, then arrival);
+* finals run strictly before chunks, chunks before interims; within a priority, connections
+  take turns (round-robin), so one connection's flood delays another's final by at most one
+  decode per worker;
+* a closed segment's queued chunk decodes are promoted to final priority;
 * a seat has at most one pending interim: a newer request replaces the older one, whose
   awaiter gets ``None`` (it is stale anyway);
 * a worker takes up to ``max_batch`` queued jobs of the same priority and decodes them in one
   engine call;
-* all jobs of a closed connection can be cancelled at once.
+* all jobs of a closed connection can be cancelled at once;
+* a failing batch is retried request by request, and a worker that dies anyway is reported
+  (``failure``) so ``/readyz`` turns 503 instead of the service hanging silently.
 
 Results are handed back to the event loop with ``call_soon_threadsafe``; nothing here blocks
 the loop.
@@ -19,13 +24,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import heapq
-import itertools
 import logging
 import threading
 import time
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
@@ -61,19 +65,18 @@ class DecodeOutcome:
     batch_size: int
 
 
-@dataclass(order=True)
+@dataclass
 class _Job:
-    priority: int
-    order: int
-    request: AsrRequest = field(compare=False)
-    owner: Hashable = field(compare=False)
-    coalesce_key: Hashable | None = field(compare=False)
-    future: asyncio.Future = field(compare=False)
-    loop: asyncio.AbstractEventLoop = field(compare=False)
-    submitted: float = field(compare=False)
-    trace: TraceTag | None = field(default=None, compare=False)
-    kind: Priority = field(default=Priority.FINAL, compare=False)
-    dropped: bool = field(default=False, compare=False)
+    rank: int  # index of the lane the job waits in (promotion moves a chunk to the final lane)
+    request: AsrRequest
+    owner: Hashable
+    coalesce_key: Hashable | None
+    future: asyncio.Future
+    loop: asyncio.AbstractEventLoop
+    submitted: float
+    trace: TraceTag | None = None
+    kind: Priority = Priority.FINAL
+    dropped: bool = False
 
 
 def _settle(future: asyncio.Future, value: object = None, error: BaseException | None = None) -> None:
@@ -91,6 +94,50 @@ def _post(job: _Job, value: object = None, error: BaseException | None = None) -
         job.loop.call_soon_threadsafe(_settle, job.future, value, error)
 
 
+class _Lane:
+    """Jobs of one priority: a FIFO per owner (connection), served round-robin between owners.
+
+    Why per owner: with one FIFO, a connection that queues a hundred finals makes every other
+    connection's final wait for all of them; round-robin bounds that wait to one job per owner
+    ahead in the rotation. Entries that were dropped or promoted away stay in their deque and are
+    skipped when reached (cheaper than searching deques on every cancellation).
+    """
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+        self._owners: OrderedDict[Hashable, deque[_Job]] = OrderedDict()
+
+    def push(self, job: _Job) -> None:
+        jobs = self._owners.get(job.owner)
+        if jobs is None:
+            jobs = self._owners[job.owner] = deque()
+        jobs.append(job)
+
+    def pop(self) -> _Job | None:
+        """The next live job, taking owners in turn."""
+        while self._owners:
+            owner, jobs = next(iter(self._owners.items()))
+            job = jobs.popleft()
+            if jobs:
+                self._owners.move_to_end(owner)
+            else:
+                del self._owners[owner]
+            if not job.dropped and job.rank == self.rank:
+                return job
+        return None
+
+    def jobs_of(self, owner: Hashable) -> list[_Job]:
+        return [job for job in self._owners.get(owner, ()) if not job.dropped and job.rank == self.rank]
+
+    def forget(self, owner: Hashable) -> None:
+        self._owners.pop(owner, None)
+
+    def clear(self) -> list[_Job]:
+        jobs = [job for queue in self._owners.values() for job in queue if not job.dropped and job.rank == self.rank]
+        self._owners.clear()
+        return jobs
+
+
 class InferenceScheduler:
     def __init__(self, engine: AsrEngine, workers: int = 1, max_batch: int = 1, tracer: Tracer | None = None,
                  observer: DecodeObserver | None = None, fifo: bool = False,
@@ -102,12 +149,16 @@ class InferenceScheduler:
         self._observer = observer
         self._workers = workers
         self._max_batch = max_batch
-        self._heap: list[_Job] = []
+        # naive mode keeps the old single FIFO (the benchmark baseline): one lane, one owner key
+        self._lanes = [_Lane(0)] if fifo else [_Lane(int(priority)) for priority in Priority]
+        self._depth = 0
         self._pending_interims: dict[Hashable, _Job] = {}
-        self._counter = itertools.count()
+        self._queued_chunks: dict[asyncio.Future, _Job] = {}
+        self._outstanding: Counter[Hashable] = Counter()  # event-loop side: submitted, not yet settled
         self._cond = threading.Condition()
         self._threads: list[threading.Thread] = []
         self._stopping = False
+        self.failure: str | None = None  # why a worker thread died; the service is then unready
         self.skipped_interims = 0
 
     def start(self) -> None:
@@ -119,11 +170,13 @@ class InferenceScheduler:
     def stop(self) -> None:
         with self._cond:
             self._stopping = True
-            for job in self._heap:
-                job.dropped = True
-                _post(job)
-            self._heap.clear()
+            for lane in self._lanes:
+                for job in lane.clear():
+                    job.dropped = True
+                    _post(job)
+            self._depth = 0
             self._pending_interims.clear()
+            self._queued_chunks.clear()
             self._cond.notify_all()
         for thread in self._threads:
             thread.join(timeout=5)
@@ -131,8 +184,13 @@ class InferenceScheduler:
 
     @property
     def queue_depth(self) -> int:
+        """Decodes queued and not yet taken by a worker, over all connections."""
         with self._cond:
-            return sum(1 for job in self._heap if not job.dropped)
+            return self._depth
+
+    def outstanding(self, owner: Hashable) -> int:
+        """Decodes of ``owner`` submitted and not yet answered (queued or running). Event loop only."""
+        return self._outstanding[owner]
 
     def submit(self, request: AsrRequest, priority: Priority, owner: Hashable,
                coalesce_key: Hashable | None = None,
@@ -140,12 +198,11 @@ class InferenceScheduler:
         """Queue a decode; the future yields the outcome, or ``None`` if it was superseded/cancelled."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[DecodeOutcome | None] = loop.create_future()
-        if self._fifo:  # naive mode: one FIFO queue and no coalescing, as the old service had
-            rank, coalesce_key = 0, None
+        if self._fifo:
+            rank, coalesce_key, lane_owner = 0, None, None
         else:
-            rank = int(priority)
-        job = _Job(rank, next(self._counter), request, owner, coalesce_key, future, loop, time.perf_counter(), trace,
-                   kind=priority)
+            rank, lane_owner = int(priority), owner
+        job = _Job(rank, request, lane_owner, coalesce_key, future, loop, time.perf_counter(), trace, kind=priority)
         with self._cond:
             if self._stopping:
                 future.set_result(None)
@@ -153,95 +210,155 @@ class InferenceScheduler:
             if coalesce_key is not None:
                 older = self._pending_interims.pop(coalesce_key, None)
                 if older is not None:
-                    older.dropped = True
-                    _settle(older.future, None)
+                    self._drop(older, settle_now=True)
                 self._pending_interims[coalesce_key] = job
-            heapq.heappush(self._heap, job)
+            if priority is Priority.CHUNK and not self._fifo:
+                self._queued_chunks[future] = job
+            self._lanes[rank].push(job)
+            self._depth += 1
             self._cond.notify()
+        self._outstanding[owner] += 1
+        future.add_done_callback(lambda _: self._answered(owner))
         return future
+
+    def _answered(self, owner: Hashable) -> None:
+        self._outstanding[owner] -= 1
+        if self._outstanding[owner] <= 0:
+            del self._outstanding[owner]
+
+    def promote(self, decodes: list[asyncio.Future[DecodeOutcome | None]]) -> int:
+        """Move still-queued chunk decodes to final priority (their segment closed: its final
+        needs them now, and at chunk priority an endless stream of other finals could starve them)."""
+        moved = 0
+        with self._cond:
+            for future in decodes:
+                job = self._queued_chunks.pop(future, None)
+                if job is None or job.dropped:
+                    continue
+                job.rank = int(Priority.FINAL)
+                self._lanes[job.rank].push(job)
+                moved += 1
+            if moved:
+                self._cond.notify()
+        return moved
 
     def cancel_owner(self, owner: Hashable) -> int:
         """Drop every queued job of ``owner`` (a closed connection); returns how many."""
         dropped = 0
         with self._cond:
-            for job in self._heap:
-                if job.owner == owner and not job.dropped:
-                    job.dropped = True
+            for lane in self._lanes:
+                for job in lane.jobs_of(owner):
+                    self._drop(job)
                     dropped += 1
-                    if job.coalesce_key is not None:
-                        self._pending_interims.pop(job.coalesce_key, None)
-                    _post(job)
+                lane.forget(owner)
         return dropped
 
+    def _drop(self, job: _Job, settle_now: bool = False) -> None:
+        """Take a queued job out (its awaiter gets ``None``). Call with the lock held."""
+        if job.dropped:
+            return
+        job.dropped = True
+        self._depth -= 1
+        if job.coalesce_key is not None and self._pending_interims.get(job.coalesce_key) is job:
+            del self._pending_interims[job.coalesce_key]
+        self._queued_chunks.pop(job.future, None)
+        if settle_now:
+            _settle(job.future, None)
+        else:
+            _post(job)
+
+    def _next_job(self) -> _Job | None:
+        """The next live job of the most urgent lane. Call with the lock held."""
+        for lane in self._lanes:
+            while (job := lane.pop()) is not None:
+                if not self._stale(job):
+                    return job
+        return None
+
     def _take_batch(self) -> list[_Job] | None:
-        """The next batch (None: stopping; empty: everything popped was stale)."""
+        """The next batch (None: stopping); up to ``max_batch`` jobs of one priority, owners in turn."""
         with self._cond:
             while True:
-                while self._heap and self._heap[0].dropped:
-                    heapq.heappop(self._heap)
-                if self._heap or self._stopping:
+                if self._stopping:
+                    return None
+                first = self._next_job()
+                if first is not None:
                     break
                 self._cond.wait()
-            if self._stopping:
-                return None
-            first = heapq.heappop(self._heap)
-            while self._stale(first):
-                if not self._heap:
-                    return []
-                first = heapq.heappop(self._heap)
+            self._taken(first)
             batch = [first]
-            while self._heap and len(batch) < self._max_batch:
-                top = self._heap[0]
-                if top.dropped or self._stale(top):
-                    heapq.heappop(self._heap)
-                    continue
-                if top.priority != first.priority:
-                    break
-                batch.append(heapq.heappop(self._heap))
-            for job in batch:
-                if job.coalesce_key is not None and self._pending_interims.get(job.coalesce_key) is job:
-                    del self._pending_interims[job.coalesce_key]
+            lane = self._lanes[first.rank]
+            while len(batch) < self._max_batch and (job := lane.pop()) is not None:
+                if not self._stale(job):
+                    self._taken(job)
+                    batch.append(job)
             return batch
+
+    def _taken(self, job: _Job) -> None:
+        self._depth -= 1
+        self._queued_chunks.pop(job.future, None)
+        if job.coalesce_key is not None and self._pending_interims.get(job.coalesce_key) is job:
+            del self._pending_interims[job.coalesce_key]
 
     def _stale(self, job: _Job) -> bool:
         """An interim that waited longer than the budget is skipped: under load the interim cadence
         stretches instead of the queue growing (its awaiter gets ``None``).  Call with the lock held."""
         budget = self._interim_budget_s
-        if job.dropped or budget is None or job.kind is not Priority.INTERIM or self._fifo:
-            return job.dropped
+        if budget is None or job.kind is not Priority.INTERIM or self._fifo:
+            return False
         if time.perf_counter() - job.submitted <= budget:
             return False
-        job.dropped = True
-        if job.coalesce_key is not None and self._pending_interims.get(job.coalesce_key) is job:
-            del self._pending_interims[job.coalesce_key]
+        self._drop(job)
         self.skipped_interims += 1
-        _post(job)
         return True
 
     def _work(self) -> None:
-        while True:
-            batch = self._take_batch()
-            if batch is None:
+        batch: list[_Job] = []
+        try:
+            while (batch := self._take_batch()) is not None:
+                try:
+                    self._run(batch)
+                except Exception as exc:  # a fault after decoding (observer, tracer) must not kill the worker
+                    log.exception("decode post-processing failed for a batch of %d", len(batch))
+                    for job in batch:
+                        _post(job, None, exc)
+        except BaseException as exc:  # whatever it was: say so, and answer the awaiters
+            self.failure = f"{threading.current_thread().name} died: {exc!r}"
+            log.critical("inference worker stopped: %s; the service reports unready", self.failure, exc_info=True)
+            for job in batch:
+                _post(job, None, RuntimeError(self.failure))
+
+    def _run(self, batch: list[_Job]) -> None:
+        started = time.perf_counter()
+        timer = StageTimer()
+        try:
+            results: list[AsrResult | BaseException] = list(
+                self.engine.decode_batch([job.request for job in batch], timer))
+        except Exception as exc:
+            if len(batch) == 1:
+                log.exception("decode failed")
+                _post(batch[0], None, exc)
                 return
-            if not batch:
+            # one bad request must not fail the others: decode each alone to find it
+            log.warning("a batch of %d failed (%s); decoding its requests one by one", len(batch), exc)
+            results = [self._decode_alone(job) for job in batch]
+        finished = time.perf_counter()
+        for job, result in zip(batch, results, strict=True):
+            if isinstance(result, BaseException):
+                _post(job, None, result)
                 continue
-            started = time.perf_counter()
-            timer = StageTimer()
-            try:
-                results = self.engine.decode_batch([job.request for job in batch], timer)
-            except Exception as exc:  # one bad batch must not kill the worker
-                log.exception("decode failed for a batch of %d", len(batch))
-                for job in batch:
-                    _post(job, None, exc)
-                continue
-            finished = time.perf_counter()
-            for job, result in zip(batch, results, strict=True):
-                outcome = DecodeOutcome(result, (started - job.submitted) * 1000.0, (finished - started) * 1000.0,
-                                        len(batch))
-                _post(job, outcome)
-                if self._observer is not None:
-                    self._observer(job.kind, started - job.submitted, finished - started)
-                self._trace(job, started, timer, len(batch))
+            _post(job, DecodeOutcome(result, (started - job.submitted) * 1000.0, (finished - started) * 1000.0,
+                                     len(batch)))
+            if self._observer is not None:
+                self._observer(job.kind, started - job.submitted, finished - started)
+            self._trace(job, started, timer, len(batch))
+
+    def _decode_alone(self, job: _Job) -> AsrResult | BaseException:
+        try:
+            return self.engine.decode_batch([job.request])[0]
+        except Exception as exc:
+            log.exception("decode failed")
+            return exc
 
     def _trace(self, job: _Job, started: float, timer: StageTimer, batch_size: int) -> None:
         tracer = self._tracer
