@@ -16,23 +16,41 @@ class Hotword:
 
 
 def parse_hotword(entry: str) -> Hotword:
-    """Parse one entry; raise ``ValueError`` with a message a client can act on."""
+    """Parse one entry; raise ``ValueError`` with a message a client can act on.
+
+    The boost is what follows the *last* colon, so a hotword that itself contains a colon
+    (``"12:30"``, ``"ratio:high"``) must end with an explicit boost (``"12:30:1.5"``).  An entry
+    whose last part is not a usable boost is refused rather than guessed at, and the message
+    says how to write it, because a silently re-read entry would bias the wrong words.
+    """
     text, sep, boost_text = entry.rpartition(":")
     if not sep:
         text, boost = entry, DEFAULT_BOOST
     else:
-        try:
-            boost = float(boost_text)
-        except ValueError:
-            raise ValueError(f"hotword {entry!r}: boost after ':' must be a number") from None
+        boost = _parse_boost(entry, boost_text)
     text = text.strip()
     if not text:
         raise ValueError(f"hotword {entry!r} is empty")
     if len(text) > MAX_HOTWORD_CHARS:
         raise ValueError(f"hotword {entry!r} is longer than {MAX_HOTWORD_CHARS} characters")
-    if not 0.0 < boost <= 20.0:
-        raise ValueError(f"hotword {entry!r}: boost must be in (0, 20]")
     return Hotword(text, boost)
+
+
+def _parse_boost(entry: str, boost_text: str) -> float:
+    """The boost after the last colon of ``entry``: a number in (0, 20]."""
+    try:
+        boost = float(boost_text)
+    except ValueError:
+        raise ValueError(f"hotword {entry!r}: boost after the last ':' must be a number; "
+                         f"{_colon_hint(entry)}") from None
+    if not 0.0 < boost <= 20.0:
+        raise ValueError(f"hotword {entry!r}: boost after the last ':' must be in (0, 20]; {_colon_hint(entry)}")
+    return boost
+
+
+def _colon_hint(entry: str) -> str:
+    """How to write ``entry`` if its colon belongs to the word (the commonest cause of a bad boost)."""
+    return f"a hotword containing ':' needs an explicit boost, e.g. {entry + ':' + str(DEFAULT_BOOST)!r}"
 
 
 def parse_hotwords(entries: list[str]) -> tuple[Hotword, ...]:

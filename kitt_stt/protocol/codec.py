@@ -8,7 +8,7 @@ import msgpack
 from pydantic import ValidationError
 
 from kitt_stt.protocol.errors import ErrorCode, ProtocolError
-from kitt_stt.protocol.frames import CLIENT_FRAME_TYPES, ClientFrame, ServerFrame
+from kitt_stt.protocol.frames import CLIENT_FRAME_TYPES, ClientFrame, ServerFrame, printable
 
 # Bounds for msgpack itself, so a hostile frame cannot make the unpacker allocate wildly.
 _UNPACK_LIMITS: dict[str, int] = {
@@ -29,7 +29,7 @@ def decode_client_frame(payload: bytes) -> ClientFrame:
     if not isinstance(data, dict):
         raise ProtocolError(ErrorCode.BAD_FRAME, f"a frame must be a msgpack map, got {type(data).__name__}")
     frame_type = data.get("type")
-    seat = data.get("seat") if isinstance(data.get("seat"), str) else None
+    seat = _echoable_seat(data.get("seat"))
     if not isinstance(frame_type, str):
         raise ProtocolError(ErrorCode.BAD_FRAME, "a frame needs a string field 'type'", seat)
     model = CLIENT_FRAME_TYPES.get(frame_type)
@@ -42,6 +42,17 @@ def decode_client_frame(payload: bytes) -> ClientFrame:
         raise ProtocolError(ErrorCode.BAD_FIELD, _field_message(frame_type, exc), seat) from None
 
 
+def _echoable_seat(value: object) -> str | None:
+    """The frame's seat, for the error frame, only when it is a valid seat name: a refused name
+    (a bidi override, say) must not travel back to clients, logs and traces."""
+    if not isinstance(value, str) or not 1 <= len(value) <= 64:
+        return None
+    try:
+        return printable(value)
+    except ValueError:
+        return None
+
+
 def _field_message(frame_type: str, error: ValidationError) -> str:
     parts = []
     for item in error.errors()[:3]:
@@ -51,6 +62,15 @@ def _field_message(frame_type: str, error: ValidationError) -> str:
 
 
 def encode_server_frame(frame: ServerFrame) -> bytes:
-    packed = msgpack.packb(frame.model_dump(mode="json"), use_bin_type=True)
+    """One server frame -> one msgpack map; echoed client values keep their msgpack type.
+
+    Every other field goes through pydantic's JSON mode (enums and models become plain values);
+    ``echo_fields`` (the pong's ``id``) are packed exactly as the client's frame held them, so
+    bytes come back as msgpack bin, not as a string.
+    """
+    echoed = frame.echo_fields
+    data = frame.model_dump(mode="json", exclude=set(echoed))
+    data.update({name: getattr(frame, name) for name in echoed})
+    packed = msgpack.packb(data, use_bin_type=True)
     assert isinstance(packed, bytes)
     return packed

@@ -6,15 +6,49 @@ unknown extra fields are ignored, because the protocol allows fields to be added
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import unicodedata
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictBytes, StrictInt, StrictStr
+import msgpack
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictBytes,
+    StrictInt,
+    StrictStr,
+    field_validator,
+)
 
 PROTOCOL_VERSION = 1
-SEAT_PATTERN = r"^[^\x00-\x1f\x7f]{1,64}$"  # any short printable name ("driver", "主驾", "rear left")
 
-Seat = Annotated[StrictStr, Field(pattern=SEAT_PATTERN)]
+# Unicode general categories a name shown in logs and dashboards must not contain: controls (Cc),
+# format characters such as bidi overrides and zero-width joiners (Cf), surrogates (Cs), private
+# use (Co), unassigned code points (Cn), and line/paragraph separators (Zl, Zp).
+_UNPRINTABLE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+
+
+def printable(value: str) -> str:
+    """Refuse characters that can hide, reorder or forge text where a name is displayed.
+
+    Seat names and client ids end up in logs, traces and operators' dashboards; a bidi override
+    (U+202E) or a zero-width character there makes two different names look alike or rewrites
+    the rest of the line.  Any script and ordinary spaces stay allowed ("主驾", "rear left").
+    """
+    for char in value:
+        category = unicodedata.category(char)
+        if category in _UNPRINTABLE_CATEGORIES:
+            raise ValueError(f"must not contain U+{ord(char):04X} (category {category}): "
+                             "control, format, separator and unassigned characters are refused")
+    return value
+
+
+# 1-64 printable characters of any script, spaces included ("driver", "主驾", "rear left")
+Seat = Annotated[StrictStr, Field(min_length=1, max_length=64), AfterValidator(printable)]
 Language = Annotated[StrictStr, Field(min_length=1, max_length=16)]
+ClientId = Annotated[StrictStr, Field(max_length=128), AfterValidator(printable)]
 
 
 class ClientFrame(BaseModel):
@@ -27,7 +61,7 @@ class StartFrame(ClientFrame):
     hotwords: list[StrictStr] | None = None
     interim: StrictBool | None = None
     seats: Annotated[list[Seat], Field(max_length=64)] | None = None
-    client: Annotated[StrictStr, Field(max_length=128)] | None = None
+    client: ClientId | None = None
 
 
 class AudioFrame(ClientFrame):
@@ -57,8 +91,25 @@ class ConfigureFrame(ClientFrame):
 
 
 class PingFrame(ClientFrame):
+    """``id`` is any msgpack value; the pong carries it back unchanged (see ``PongFrame``)."""
+
     type: Literal["ping"]
     id: Any = None
+
+    @field_validator("id")
+    @classmethod
+    def _echoable(cls, value: Any) -> Any:
+        """Refuse here, as ``bad_field``, an id the pong could not carry back.
+
+        The unpacker accepts ~1000 nesting levels; older msgpack releases (the dependency allows
+        any 1.x) pack at most 511, and the pure-Python fallback runs out of Python stack first.
+        Without this check such an id would fail while the server encodes the pong.
+        """
+        try:
+            msgpack.packb(value, use_bin_type=True)
+        except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+            raise ValueError(f"cannot be echoed in a pong: {exc}") from None
+        return value
 
 
 class CloseFrame(ClientFrame):
@@ -77,7 +128,15 @@ CLIENT_FRAME_TYPES: dict[str, type[ClientFrame]] = {
 
 
 class ServerFrame(BaseModel):
+    """A frame the server sends; ``codec.encode_server_frame`` turns it into msgpack.
+
+    ``echo_fields`` name fields that carry a client's msgpack value back untouched: the codec
+    packs them as they are instead of through pydantic's JSON mode, which would turn bytes
+    into text (or fail on bytes that are not UTF-8) and NaN into null.
+    """
+
     model_config = ConfigDict(frozen=True)
+    echo_fields: ClassVar[tuple[str, ...]] = ()
 
 
 class ModelInfo(BaseModel):
@@ -163,3 +222,5 @@ class ErrorFrame(ServerFrame):
 class PongFrame(ServerFrame):
     type: Literal["pong"] = "pong"
     id: Any = None
+
+    echo_fields: ClassVar[tuple[str, ...]] = ("id",)
