@@ -170,7 +170,7 @@ def test_whisper_configurations_that_cannot_run_are_refused(whisper_dir: Path) -
         ({"asr": {"model": model, "provider": "cuda"}}, "CPU only"),
         ({"asr": {"model": model, "decoding": {"method": "beam"}}}, "greedily"),
         ({"asr": {"model": model, "hotwords": ["kitt"]}}, "hotword"),
-        ({"asr": {"model": model, "language": "xx"}}, "not one of"),
+        ({"asr": {"model": model, "languages": ["auto", "xx"], "language": "xx"}}, "not one of"),
         ({"asr": {"model": model, "naive": True}}, "lower vad.max_segment_ms"),
         ({"asr": {"model": model, "max_chunk_ms": 15_000}, "vad": {"max_segment_ms": 60_000}},
          "lower asr.max_chunk_ms"),
@@ -266,4 +266,5 @@ def test_a_whisper_base_that_fails_its_checksum_is_not_installed(tmp_path: Path,
     monkeypatch.setattr(whisper_release, "MODEL_BIN_SHA256", "0" * 64)
     with pytest.raises(FetchError, match=r"joined model\.bin: sha256"):
         install_into(REGISTRY["whisper-base"], tmp_path / "whisper-base")
-    assert not (tmp_path / "whisper-base").exists() and not list(tmp_path.iterdir())
+    assert not (tmp_path / "whisper-base").exists()
+    assert [path.name for path in tmp_path.iterdir()] == ["whisper-base.lock"]  # only the install lock stays

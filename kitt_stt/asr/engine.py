@@ -82,6 +82,15 @@ class AsrEngine(ABC):
         """An incremental front end for one segment, if this engine can use one."""
         return None
 
-    def warm_up(self) -> None:
-        """Run one tiny decode so the first real request does not pay for lazy initialisation."""
-        self.decode_batch([AsrRequest(np.zeros(16000, dtype=np.int16))])
+    def prepare_hotwords(self, hotwords: tuple[Hotword, ...]) -> None:
+        """Build and cache whatever decoding with ``hotwords`` needs (e.g. a token trie).
+
+        Called off the event loop when a session's start/configure arrives, so decodes never pay
+        for it. Engines that cannot bias decoding, or keep nothing per hotword list, do nothing.
+        """
+        return None
+
+    def warm_up(self, options: DecodeOptions = DecodeOptions()) -> None:
+        """Run one tiny decode so the first real request does not pay for lazy initialisation;
+        ``options`` are the sessions' defaults (their language is the recognizer to build)."""
+        self.decode_batch([AsrRequest(np.zeros(16000, dtype=np.int16), options)])

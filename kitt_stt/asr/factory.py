@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from pathlib import Path
 
 from kitt_stt.asr.engine import AsrEngine
@@ -11,8 +13,10 @@ from kitt_stt.asr.sense_voice_model import ModelError, load_sense_voice_model
 from kitt_stt.asr.sherpa_sense_voice import SherpaSenseVoiceEngine
 from kitt_stt.asr.sherpa_whisper import SherpaWhisperEngine
 from kitt_stt.asr.whisper_model import LONGEST_AUDIO_MS, load_whisper_model
-from kitt_stt.config.schema import AppConfig, Engine, Provider
+from kitt_stt.config.schema import AppConfig, AsrConfig, Engine, Provider
 from kitt_stt.models.registry import resolve_model
+
+log = logging.getLogger(__name__)
 
 
 def build_engine(config: AppConfig) -> AsrEngine:
@@ -24,22 +28,43 @@ def build_engine(config: AppConfig) -> AsrEngine:
     """
     asr = config.asr
     resolved = resolve_model(asr.model, config.models)
+    engine: AsrEngine
     if resolved.kind == "whisper":
-        engine: AsrEngine = _build_whisper(config, resolved.directory, resolved.kind)
+        engine = _build_whisper(config, resolved.directory, resolved.kind)
     else:
         model = load_sense_voice_model(resolved.directory, prefer_int8=asr.provider is Provider.CPU)
         if asr.engine is Engine.ONNXRUNTIME:
             check_profile_covers_segments(asr, config.vad.max_segment_ms)
-            return OrtSenseVoiceEngine(model, kind=resolved.kind, config=asr)
-        _require_cpu_greedy(config, "SenseVoice", instead="; use asr.engine: onnxruntime")
-        engine = SherpaSenseVoiceEngine(model, kind=resolved.kind, num_threads=asr.num_threads)
+            engine = OrtSenseVoiceEngine(model, kind=resolved.kind, config=asr)
+        else:
+            _require_cpu_greedy(config, "SenseVoice", instead="; use asr.engine: onnxruntime")
+            engine = SherpaSenseVoiceEngine(model, kind=resolved.kind, num_threads=asr.num_threads,
+                                            max_recognizers=asr.max_recognizers)
     if asr.hotwords and not engine.info.hotwords:
         raise ModelError(f"asr.hotwords needs hotword biasing, which {engine.info.kind} on sherpa-onnx does not do; "
                          "use a SenseVoice model with asr.engine: onnxruntime, or clear asr.hotwords")
-    if asr.language not in engine.info.languages:
-        raise ModelError(f"asr.language={asr.language!r} is not one of this model's languages: "
-                         f"{', '.join(engine.info.languages)}")
+    _restrict_languages(engine, asr)
     return engine
+
+
+def _restrict_languages(engine: AsrEngine, asr: AsrConfig) -> None:
+    """Narrow ``engine.info.languages`` to the entries of ``asr.languages`` the model knows, in config order.
+
+    Sessions may then pick only those (the connection refuses others), which bounds the
+    per-language recognizers a client can make the engine build. Unknown entries are left out
+    rather than refused so one list serves several models (whisper-base has no ``yue``).
+    """
+    known = engine.info.languages
+    allowed = tuple(code for code in dict.fromkeys(asr.languages) if code in known)
+    left_out = [code for code in asr.languages if code not in known]
+    if left_out:
+        log.info("asr.languages: %s left out, not languages of %s", ", ".join(left_out), engine.info.name)
+    if not allowed:
+        raise ModelError(f"asr.languages: none of {', '.join(asr.languages)} is a language of {engine.info.name}; "
+                         f"it knows: {', '.join(known)}")
+    if asr.language not in allowed:
+        raise ModelError(f"asr.language={asr.language!r} is not one of this model's languages: {', '.join(known)}")
+    engine.info = dataclasses.replace(engine.info, languages=allowed)
 
 
 def _require_cpu_greedy(config: AppConfig, family: str, instead: str = "") -> None:
@@ -63,4 +88,5 @@ def _build_whisper(config: AppConfig, directory: Path, kind: str) -> AsrEngine:
                          f"{longest} ms: lower {setting}")
     model = load_whisper_model(directory)
     return SherpaWhisperEngine(model, kind=kind, num_threads=asr.num_threads,
-                               tail_paddings=asr.whisper.tail_paddings, task=asr.whisper.task)
+                               tail_paddings=asr.whisper.tail_paddings, task=asr.whisper.task,
+                               max_recognizers=asr.max_recognizers)

@@ -12,7 +12,6 @@ lengths with padding, and reuses fbank frames of a growing segment across decode
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -23,6 +22,7 @@ from kitt_stt.asr.ctc import HotwordTrie, beam_search, greedy, tokenize_hotword
 from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult, EngineInfo, StageTimer
 from kitt_stt.asr.features import FeatureStream, apply_lfr, log_mel
 from kitt_stt.asr.providers import check_active, check_available, provider_chain
+from kitt_stt.asr.recognizer_cache import LruCache
 from kitt_stt.asr.sense_voice_model import LANGUAGES, SenseVoiceModel, read_tokens
 from kitt_stt.asr.text import strip_tags, tag_value
 from kitt_stt.config.schema import AsrConfig, Provider
@@ -58,8 +58,9 @@ class OrtSenseVoiceEngine(AsrEngine):
         self._method = config.decoding.method
         self._beam = config.decoding.max_active_paths
         self._max_frames = config.tensorrt.profile_max_frames if config.provider is Provider.TENSORRT else None
-        self._tries: dict[tuple[Hotword, ...], HotwordTrie] = {}
-        self._tries_lock = threading.Lock()
+        # Clients choose hotword lists, so the tries are bounded; sessions change them rarely.
+        self._tries: LruCache[tuple[Hotword, ...], HotwordTrie] = LruCache(config.hotword_cache_size,
+                                                                          self._build_trie)
         if config.provider is not Provider.CPU:
             check_available(config.provider)
         options = ort.SessionOptions()
@@ -76,6 +77,10 @@ class OrtSenseVoiceEngine(AsrEngine):
 
     def new_feature_stream(self) -> FeatureStream | None:
         return FeatureStream()
+
+    def prepare_hotwords(self, hotwords: tuple[Hotword, ...]) -> None:
+        if hotwords:
+            self._tries.get(hotwords)
 
     # ----- decoding ----------------------------------------------------------------------------
 
@@ -122,7 +127,7 @@ class OrtSenseVoiceEngine(AsrEngine):
     def _result(self, logits: np.ndarray, length: int, request: AsrRequest) -> AsrResult:
         hotwords = request.options.hotwords
         if self._method == "beam" or hotwords:
-            decoded = beam_search(logits, length, self._beam, self._trie(hotwords) if hotwords else None)
+            decoded = beam_search(logits, length, self._beam, self._tries.get(hotwords) if hotwords else None)
         else:
             decoded = greedy(logits, length)
         symbols = [self._tokens[token] for token in decoded.token_ids]
@@ -138,18 +143,11 @@ class OrtSenseVoiceEngine(AsrEngine):
             event=tag_value(symbols[2]) if len(symbols) >= 3 else None,
         )
 
-    def _trie(self, hotwords: tuple[Hotword, ...]) -> HotwordTrie:
-        with self._tries_lock:
-            trie = self._tries.get(hotwords)
-            if trie is None:
-                entries = []
-                for word in hotwords:
-                    ids = tokenize_hotword(word, self._vocabulary)
-                    if not ids:
-                        log.warning("hotword %r has no tokens in this model's vocabulary; ignored", word.text)
-                    entries.append((ids, word.boost))
-                trie = HotwordTrie(entries)
-                if len(self._tries) > 64:  # sessions change hotwords rarely; keep the cache small
-                    self._tries.clear()
-                self._tries[hotwords] = trie
-            return trie
+    def _build_trie(self, hotwords: tuple[Hotword, ...]) -> HotwordTrie:
+        entries = []
+        for word in hotwords:
+            ids = tokenize_hotword(word, self._vocabulary)
+            if not ids:
+                log.warning("hotword %r has no tokens in this model's vocabulary; ignored", word.text)
+            entries.append((ids, word.boost))
+        return HotwordTrie(entries)

@@ -3,19 +3,21 @@
 sherpa-onnx fixes language and ITN per recognizer, not per stream, so one recognizer is built
 lazily for each (language, ITN) pair a session asks for; they share nothing but the file, so
 each pair costs one more copy of the model in memory (small for the tone model; for SenseVoice
-prefer one language per deployment).  Only configurations sherpa-onnx survives are ever passed
-to it: greedy search, ``provider="cpu"``, and a model checked by ``sense_voice_model``.
+prefer one language per deployment). At most ``max_recognizers`` are kept (an LRU,
+``asr/recognizer_cache.py``), built outside any lock other decodes need.  Only configurations
+sherpa-onnx survives are ever passed to it: greedy search, ``provider="cpu"``, and a model
+checked by ``sense_voice_model``.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 
 import numpy as np
 import sherpa_onnx
 
 from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult, EngineInfo, StageTimer
+from kitt_stt.asr.recognizer_cache import LruCache
 from kitt_stt.asr.sense_voice_model import LANGUAGES, SenseVoiceModel
 from kitt_stt.asr.text import strip_tags, tag_value
 
@@ -23,32 +25,30 @@ SAMPLE_RATE = 16000
 
 
 class SherpaSenseVoiceEngine(AsrEngine):
-    def __init__(self, model: SenseVoiceModel, kind: str, num_threads: int = 1) -> None:
+    def __init__(self, model: SenseVoiceModel, kind: str, num_threads: int = 1, max_recognizers: int = 2) -> None:
         self._model = model
         self._num_threads = num_threads
-        self._recognizers: dict[tuple[str, bool], sherpa_onnx.OfflineRecognizer] = {}
-        self._lock = threading.Lock()
+        self._recognizers: LruCache[tuple[str, bool], sherpa_onnx.OfflineRecognizer] = LruCache(
+            max_recognizers, self._build)
         self.info = EngineInfo(name=model.name, kind=kind, provider="cpu", languages=LANGUAGES,
                                hotwords=False)
 
     def _recognizer(self, language: str, use_itn: bool) -> sherpa_onnx.OfflineRecognizer:
-        if language not in LANGUAGES:
+        if language not in LANGUAGES:  # sherpa-onnx exits the process on an unknown language
             raise ValueError(f"language {language!r} is not supported; use one of {', '.join(LANGUAGES)}")
-        key = (language, use_itn)
-        with self._lock:
-            recognizer = self._recognizers.get(key)
-            if recognizer is None:
-                recognizer = sherpa_onnx.OfflineRecognizer.from_sense_voice(
-                    model=str(self._model.model_path),
-                    tokens=str(self._model.tokens_path),
-                    num_threads=self._num_threads,
-                    provider="cpu",
-                    decoding_method="greedy_search",
-                    language=language,
-                    use_itn=use_itn,
-                )
-                self._recognizers[key] = recognizer
-            return recognizer
+        return self._recognizers.get((language, use_itn))
+
+    def _build(self, key: tuple[str, bool]) -> sherpa_onnx.OfflineRecognizer:
+        language, use_itn = key
+        return sherpa_onnx.OfflineRecognizer.from_sense_voice(
+            model=str(self._model.model_path),
+            tokens=str(self._model.tokens_path),
+            num_threads=self._num_threads,
+            provider="cpu",
+            decoding_method="greedy_search",
+            language=language,
+            use_itn=use_itn,
+        )
 
     def decode_batch(self, requests: Sequence[AsrRequest], timer: StageTimer | None = None) -> list[AsrResult]:
         timer = timer or StageTimer()

@@ -4,16 +4,16 @@ Whisper decodes autoregressively, so unlike CTC its cost grows with the text as 
 and it reads at most 30 s at a time (``asr/factory.py`` refuses configurations that could ask more).
 sherpa-onnx fixes the language per recognizer, so one is built lazily per language a session
 asks for ("auto" lets Whisper detect it); each costs one more copy of the model in memory
-(measured here: 280-320 MB of RSS each for base). ``tail_paddings`` is the silence (in 10 ms feature frames) appended so
-Whisper sees the end of speech: too little (300) and it repeats phrases when speech ends
-abruptly, as chunks do; 700 was as accurate as sherpa's default 1000 for 21 % less work
-(docs/models.md).
+(measured here: 280-320 MB of RSS each for base), so at most ``max_recognizers`` are kept (an
+LRU, ``asr/recognizer_cache.py``), built outside any lock other decodes need. ``tail_paddings``
+is the silence (in 10 ms feature frames) appended so Whisper sees the end of speech: too little
+(300) and it repeats phrases when speech ends abruptly, as chunks do; 700 was as accurate as
+sherpa's default 1000 for 21 % less work (docs/models.md).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,6 +21,7 @@ import numpy as np
 import sherpa_onnx
 
 from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult, EngineInfo, StageTimer
+from kitt_stt.asr.recognizer_cache import LruCache
 from kitt_stt.asr.text import strip_annotations
 from kitt_stt.asr.whisper_model import WhisperModel
 
@@ -30,35 +31,32 @@ log = logging.getLogger(__name__)
 
 class SherpaWhisperEngine(AsrEngine):
     def __init__(self, model: WhisperModel, kind: str, num_threads: int = 1, tail_paddings: int = 700,
-                 task: str = "transcribe") -> None:
+                 task: str = "transcribe", max_recognizers: int = 2) -> None:
         self._model = model
         self._num_threads = num_threads
         self._tail_paddings = tail_paddings
         self._task = task
-        self._recognizers: dict[str, sherpa_onnx.OfflineRecognizer] = {}
-        self._lock = threading.Lock()
+        self._recognizers: LruCache[str, sherpa_onnx.OfflineRecognizer] = LruCache(max_recognizers, self._build)
         self.info = EngineInfo(name=model.name, kind=kind, provider="cpu", languages=model.languages,
                                hotwords=False)
 
     def _recognizer(self, language: str) -> sherpa_onnx.OfflineRecognizer:
         if language not in self._model.languages:  # sherpa-onnx exits the process on an unknown language
             raise ValueError(f"language {language!r} is not supported by {self._model.name}")
-        with self._lock:
-            recognizer = self._recognizers.get(language)
-            if recognizer is None:
-                recognizer = sherpa_onnx.OfflineRecognizer.from_whisper(
-                    encoder=str(self._model.encoder_path),
-                    decoder=str(self._model.decoder_path),
-                    tokens=str(self._model.tokens_path),
-                    language="" if language == "auto" else language,
-                    task=self._task,
-                    tail_paddings=self._tail_paddings,
-                    num_threads=self._num_threads,
-                    provider="cpu",
-                    decoding_method="greedy_search",
-                )
-                self._recognizers[language] = recognizer
-            return recognizer
+        return self._recognizers.get(language)
+
+    def _build(self, language: str) -> sherpa_onnx.OfflineRecognizer:
+        return sherpa_onnx.OfflineRecognizer.from_whisper(
+            encoder=str(self._model.encoder_path),
+            decoder=str(self._model.decoder_path),
+            tokens=str(self._model.tokens_path),
+            language="" if language == "auto" else language,
+            task=self._task,
+            tail_paddings=self._tail_paddings,
+            num_threads=self._num_threads,
+            provider="cpu",
+            decoding_method="greedy_search",
+        )
 
     def decode_batch(self, requests: Sequence[AsrRequest], timer: StageTimer | None = None) -> list[AsrResult]:
         timer = timer or StageTimer()

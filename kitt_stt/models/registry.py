@@ -4,19 +4,24 @@ Registry models live in a cache directory (``models.cache_dir``, default the use
 They are installed (generated, or fetched and verified) on demand and atomically: the files go
 into a temporary sibling directory that is renamed into place only when complete, with a
 ``.complete`` marker listing every file's sha256, so a failed or partial install never leaves a
-directory that looks valid.
+directory that looks valid. Installs into one cache are serialised across processes by a file
+lock (``<cache>/<name>.lock``): without it, two replicas starting on a shared cache would both
+install, and the second would delete the first's directory while the first was loading it.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import platformdirs
+from filelock import FileLock, Timeout
 
 from kitt_stt.asr.sense_voice_model import ModelError
 from kitt_stt.asr.whisper_model import looks_like_whisper
@@ -29,6 +34,7 @@ from kitt_stt.models.whisper_release import fetch_whisper_base
 from kitt_stt.turnsense.fetch import fetch_turnsense
 
 COMPLETE_MARKER = ".complete"
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -119,17 +125,48 @@ def resolve_model(spec: str, models: ModelsConfig | None = None, setting: str = 
         )
     models = models or ModelsConfig()
     directory = (models.cache_dir or default_cache_dir()) / entry.name
-    if not (directory / COMPLETE_MARKER).is_file():
+    if not _is_installed(directory):
         try:
-            install_into(entry, directory, models)
+            with _install_lock(directory):
+                if not _is_installed(directory):  # another process may have installed it while we waited
+                    _install_unlocked(entry, directory, models)
         except Exception as exc:
             raise ModelError(f"{setting}: cannot install {entry.name!r}: {exc}") from None
     return ResolvedModel(name=entry.name, kind=entry.kind, directory=directory)
 
 
-def install_into(entry: RegistryEntry, directory: Path, models: ModelsConfig | None = None) -> dict[str, str]:
-    """Install ``entry`` into ``directory`` atomically; concurrent installers cannot half-write it."""
+def _is_installed(directory: Path) -> bool:
+    return (directory / COMPLETE_MARKER).is_file()
+
+
+@contextmanager
+def _install_lock(directory: Path) -> Iterator[None]:
+    """Hold the inter-process lock for installing into ``directory`` (``<cache>/<name>.lock``).
+
+    The lock file stays after release: removing it would let a process that opened the old file
+    and one that creates a new file both believe they hold the lock.
+    """
     directory.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(directory.parent / f"{directory.name}.lock")
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        log.info("waiting for another process installing into %s", directory)
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def install_into(entry: RegistryEntry, directory: Path, models: ModelsConfig | None = None) -> dict[str, str]:
+    """(Re)install ``entry`` into ``directory`` atomically, under the install lock."""
+    with _install_lock(directory):
+        return _install_unlocked(entry, directory, models)
+
+
+def _install_unlocked(entry: RegistryEntry, directory: Path, models: ModelsConfig | None) -> dict[str, str]:
+    """Stage into a temporary sibling and rename it into place, so a crash never leaves a half install."""
     staging = Path(tempfile.mkdtemp(prefix=f".{entry.name}-", dir=directory.parent))
     try:
         digests = entry.install(staging, models or ModelsConfig())
@@ -138,11 +175,7 @@ def install_into(entry: RegistryEntry, directory: Path, models: ModelsConfig | N
         )
         if directory.exists():
             shutil.rmtree(directory)
-        try:
-            staging.rename(directory)
-        except OSError:
-            if not (directory / COMPLETE_MARKER).is_file():  # lost a race to nobody: a real error
-                raise
+        staging.rename(directory)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)

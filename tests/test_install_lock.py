@@ -1,0 +1,47 @@
+"""Two processes installing one model into one shared cache (two replicas starting on a shared
+volume): the install lock makes the second wait and then find the first's install complete."""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from kitt_stt.config.schema import ModelsConfig
+from kitt_stt.models import registry
+from kitt_stt.models.registry import resolve_model, verify_installed
+
+
+def _install_tone(cache: Path, installs: Path, barrier: Any) -> None:
+    """One replica: start together with the other, install (slowly) if missing, check what it got."""
+    entry = registry.REGISTRY["tone"]
+
+    def slow_install(out: Path, models: ModelsConfig) -> dict[str, str]:
+        with installs.open("a") as log:
+            log.write(f"{os.getpid()}\n")
+        time.sleep(1.0)  # long enough that the other replica arrives while this one is installing
+        return entry.install(out, models)
+
+    registry.REGISTRY["tone"] = dataclasses.replace(entry, install=slow_install)
+    barrier.wait(timeout=60)
+    directory = resolve_model("tone", ModelsConfig(cache_dir=cache)).directory
+    problems = verify_installed(directory)
+    assert problems == [], problems
+
+
+def test_two_processes_installing_one_model_install_it_once(tmp_path: Path) -> None:
+    cache, installs = tmp_path / "cache", tmp_path / "installs.log"
+    context = multiprocessing.get_context("spawn")  # a fresh interpreter, as a second replica would be
+    barrier = context.Barrier(2)
+    replicas = [context.Process(target=_install_tone, args=(cache, installs, barrier)) for _ in range(2)]
+    for replica in replicas:
+        replica.start()
+    for replica in replicas:
+        replica.join(120)
+    assert [replica.exitcode for replica in replicas] == [0, 0]
+    assert len(installs.read_text().splitlines()) == 1  # the second found the first's install and did nothing
+    assert verify_installed(cache / "tone") == []
+    assert sorted(path.name for path in cache.iterdir()) == ["tone", "tone.lock"]  # no staging directory left
