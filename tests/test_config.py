@@ -115,3 +115,30 @@ def test_config_show_rejects_unknown_key(tmp_path: Path) -> None:
                             capture_output=True, text=True)
     assert result.returncode == 2
     assert "asr.modle" in result.stderr and str(path.resolve()) in result.stderr
+
+
+@pytest.mark.parametrize("raw", ["123456", "null", "0x1F", "true"])
+def test_tokens_from_the_environment_are_raw_text(raw: str) -> None:
+    config = load_config(env={"KITT_STT__SERVER__AUTH_TOKEN": raw, "KITT_STT__DEBUG__TOKEN": raw}).config
+    assert config.server.auth_token == raw and config.debug.token == raw
+
+
+def test_a_numeric_token_in_a_file_is_its_digits(tmp_path: Path) -> None:
+    path = write(tmp_path / "c.yaml", "server:\n  auth_token: 123456\n")
+    assert load_config(path, env={}).config.server.auth_token == "123456"
+
+
+@pytest.mark.parametrize("raw", ["", "   "])
+def test_an_empty_token_is_a_start_up_error_not_auth_off(raw: str) -> None:
+    with pytest.raises(ConfigError, match="empty auth token"):
+        load_config(env={"KITT_STT__SERVER__AUTH_TOKEN": raw})
+
+
+def test_metrics_auth_needs_a_token() -> None:
+    with pytest.raises(ConfigError, match=r"metrics_auth needs server\.auth_token"):
+        load_config(env={"KITT_STT__SERVER__METRICS_AUTH": "true"})
+
+
+def test_the_default_language_must_be_allowed() -> None:
+    with pytest.raises(ConfigError, match=r"must be one of asr\.languages"):
+        load_config(env={"KITT_STT__ASR__LANGUAGE": "de"})

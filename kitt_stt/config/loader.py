@@ -9,10 +9,11 @@ and the key a person has to fix.
 from __future__ import annotations
 
 import os
+import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Union, get_args, get_origin
 
 import yaml
 from pydantic import ValidationError
@@ -99,10 +100,13 @@ def _env_overrides(env: Mapping[str, str], origins: dict[str, str]) -> dict[str,
         parts = [part.lower() for part in name[len(OVERRIDE_PREFIX):].split("__") if part]
         if not parts:
             continue
-        try:
-            value = yaml.safe_load(raw) if raw != "" else ""
-        except yaml.YAMLError:
-            value = raw
+        if _is_text_key(parts):  # a token "123456" or "null" is that text, not a number or "unset"
+            value: Any = raw
+        else:
+            try:
+                value = yaml.safe_load(raw) if raw != "" else ""
+            except yaml.YAMLError:
+                value = raw
         node = overrides
         for part in parts[:-1]:
             node = node.setdefault(part, {})
@@ -111,6 +115,21 @@ def _env_overrides(env: Mapping[str, str], origins: dict[str, str]) -> dict[str,
         node[parts[-1]] = value
         origins[".".join(parts)] = f"environment variable {name}"
     return overrides
+
+
+def _is_text_key(parts: list[str]) -> bool:
+    """Whether the schema types this dotted key as a string (``str`` or ``str | None``)."""
+    annotation: Any = AppConfig
+    for part in parts:
+        fields = getattr(annotation, "model_fields", None)
+        if not fields or part not in fields:
+            return False
+        annotation = fields[part].annotation
+    if annotation is str:
+        return True
+    if get_origin(annotation) in (Union, types.UnionType):
+        return set(get_args(annotation)) == {str, type(None)}
+    return False
 
 
 def _describe(error: ValidationError, origins: Mapping[str, str]) -> str:

@@ -41,6 +41,8 @@ class SegmentStartBudget(_Section):
 
 
 class ServerConfig(_Section):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, coerce_numbers_to_str=True)  # token 123456
+
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     path: str = "/stt/sensevoice"
@@ -49,7 +51,7 @@ class ServerConfig(_Section):
     max_connections: int = Field(default=64, ge=1)
     max_connections_per_client_ip: int | None = Field(default=None, ge=1)
     idle_timeout_s: float = Field(default=60.0, ge=0)
-    max_pending_decodes: int = Field(default=16, ge=1, le=10_000)
+    max_pending_decodes: int = Field(default=32, ge=1, le=10_000)
     segment_starts: SegmentStartBudget = SegmentStartBudget()
     max_seats: int = Field(default=8, ge=1, le=64)
     max_frame_ms: int = Field(default=1000, ge=10, le=1000)
@@ -211,6 +213,8 @@ class TracingConfig(_Section):
 
 class DebugConfig(_Section):
     """``/debug/logs`` and ``/debug/trace``: off unless enabled, and always behind a token."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, coerce_numbers_to_str=True)
 
     logs_enabled: bool = False
     trace_enabled: bool = False

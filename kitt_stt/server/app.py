@@ -86,18 +86,24 @@ def create_app(config: AppConfig, engine: AsrEngine, turn_model: TurnModelRunner
 
     @app.get("/readyz")
     async def readyz() -> JSONResponse:
+        failure = state.scheduler.failure
         body = {
-            "status": "ready" if state.ready else ("draining" if state.draining else "starting"),
+            "status": "ready" if state.serving else ("draining" if state.draining else
+                                                     "failed" if failure else "starting"),
             "model": {"name": engine.info.name, "kind": engine.info.kind, "provider": engine.info.provider},
             "turn_model": None if turn_model is None else {"provider": turn_model.model.provider.value},
             "warm_up_ms": round(state.warm_up_ms, 1),
         }
-        if state.load_error:
-            body["error"] = state.load_error
-        return JSONResponse(body, status_code=200 if state.ready else 503)
+        if state.load_error or failure:
+            body["error"] = state.load_error or failure
+        return JSONResponse(body, status_code=200 if state.serving else 503)
 
     @app.get("/metrics")
-    async def prometheus_metrics() -> Response:
+    async def prometheus_metrics(request: Request) -> Response:
+        if config.server.metrics_auth:
+            refusal = _bearer_refusal(request.headers.get("authorization", ""), config.server.auth_token or "")
+            if refusal is not None:
+                return refusal
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/debug/logs")
@@ -131,19 +137,24 @@ def create_app(config: AppConfig, engine: AsrEngine, turn_model: TurnModelRunner
             await websocket.send_denial_response(refusal)
             return
         await websocket.accept()
-        reason = _cannot_accept(state)
+        reason = _cannot_accept(state, websocket.client.host if websocket.client else "unknown")
         if reason is not None:
             metrics.refused_total.labels(_refusal_kind(state)).inc()
             frame = ErrorFrame(code=ErrorCode.OVERLOADED.value, message=reason, fatal=True)
             await websocket.send_bytes(encode_server_frame(frame))
             await websocket.close(CLOSE_TRY_AGAIN_LATER)
             return
+        address = websocket.client.host if websocket.client else "unknown"
         connection = Connection(websocket, state)
         state.connections.add(connection)
+        state.connections_per_ip[address] += 1
         try:
             await connection.serve()
         finally:
             state.connections.discard(connection)
+            state.connections_per_ip[address] -= 1
+            if state.connections_per_ip[address] <= 0:
+                del state.connections_per_ip[address]
 
     return app
 
@@ -158,28 +169,42 @@ async def _warm_up(state: ServiceState) -> None:
     state.ready = not state.draining
 
 
-def _cannot_accept(state: ServiceState) -> str | None:
+def _cannot_accept(state: ServiceState, address: str) -> str | None:
+    server = state.config.server
     if state.draining:
         return "server is shutting down; reconnect to another instance"
-    if not state.ready:
-        return "server is still loading its model; retry shortly"
-    if len(state.connections) >= state.config.server.max_connections:
-        return f"server is at its limit of {state.config.server.max_connections} sessions"
+    if not state.serving:
+        return "server is still loading its model; retry shortly" if state.scheduler.failure is None \
+            else "server cannot decode (an inference worker failed); reconnect to another instance"
+    if len(state.connections) >= server.max_connections:
+        return f"server is at its limit of {server.max_connections} sessions"
+    per_ip = server.max_connections_per_client_ip
+    if per_ip is not None and state.connections_per_ip[address] >= per_ip:
+        return f"this address already has {per_ip} sessions (server.max_connections_per_client_ip)"
     return None
 
 
 def _refusal_kind(state: ServiceState) -> str:
     if state.draining:
         return "draining"
-    return "not_ready" if not state.ready else "full"
+    if not state.serving:
+        return "not_ready"
+    return "full"
 
 
 def _debug_refusal(request: Request, enabled: bool, token: str | None) -> Response | None:
     """404 when the endpoint is off; 401 without the debug token, 403 with a wrong one."""
     if not enabled or not token:
         return PlainTextResponse("not found", status_code=404)
-    header = request.headers.get("authorization", "")
-    offered = header[7:].strip() if header.lower().startswith("bearer ") else None
+    return _bearer_refusal(request.headers.get("authorization", ""), token)
+
+
+def _bearer_refusal(header: str, token: str) -> PlainTextResponse | None:
+    """401 without ``Authorization: Bearer``, 403 with a token other than ``token``."""
+    return _token_refusal(header[7:].strip() if header.lower().startswith("bearer ") else None, token)
+
+
+def _token_refusal(offered: str | None, token: str) -> PlainTextResponse | None:
     if not offered:
         return PlainTextResponse("unauthorized: bearer token required", status_code=401)
     if not hmac.compare_digest(offered.encode(), token.encode()):
@@ -195,8 +220,4 @@ def _authorisation_failure(websocket: WebSocket, token: str | None) -> PlainText
     header = websocket.headers.get("authorization", "")
     if header.lower().startswith("bearer "):
         offered = header[7:].strip()
-    if not offered:
-        return PlainTextResponse("unauthorized: bearer token required", status_code=401)
-    if not hmac.compare_digest(offered.encode(), token.encode()):
-        return PlainTextResponse("forbidden: invalid token", status_code=403)
-    return None
+    return _token_refusal(offered, token)

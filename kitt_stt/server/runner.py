@@ -16,6 +16,7 @@ from types import FrameType
 import uvicorn
 from fastapi import FastAPI
 
+from kitt_stt.observability.redact import redact_handlers
 from kitt_stt.server.state import ServiceState
 
 log = logging.getLogger(__name__)
@@ -57,4 +58,5 @@ def run(app: FastAPI, host: str, port: int, max_message_bytes: int, log_level: s
         app, host=host, port=port, ws="websockets-sansio", ws_max_size=max_message_bytes,
         log_level=log_level.lower(), lifespan="on", timeout_graceful_shutdown=5,
     )
+    redact_handlers()  # uvicorn.Config has just set up its loggers' handlers
     DrainingServer(config, state, state.config.server.shutdown_grace_s).run()
