@@ -185,3 +185,11 @@ def test_sample_ring_keeps_exactly_the_newest_samples() -> None:
     assert ring.nbytes == 20
     ring.release()
     assert ring.nbytes == 0
+
+
+async def test_wait_ms_bounds_a_late_model() -> None:
+    h = harness()
+    speak(h, 1, "A", 0.99, model_delay_s=1.0)  # confident, but far too late
+    got = decision(await h.next_commit())
+    assert got["reason"] == "timeout" and got["probability"] is None
+    assert WAIT_MS <= got["wait_ms"] < WAIT_MS + 100

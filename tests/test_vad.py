@@ -78,3 +78,23 @@ def test_silence_and_preroll_memory_are_bounded() -> None:
     segmenter = VadSegmenter(VadConfig(preroll_ms=300))
     assert run(segmenter, silence(5000)) == []
     assert segmenter.buffered_bytes <= (300 + 100) * 32
+
+
+def test_a_held_segment_stays_held_after_the_forced_split() -> None:
+    segmenter = VadSegmenter(VadConfig(silence_ms=300, max_segment_ms=1000))
+    events = segmenter.client_start()
+    events += run(segmenter, silence(2500))  # held: silence does not end it, only the length does
+    found = [(type(e).__name__, getattr(e, "reason", None)) for e in events if not isinstance(e, SpeechAudio)]
+    assert found.count(("SpeechEnded", EndReason.MAX_DURATION)) == 2
+    assert segmenter.state is VadState.SPEECH and segmenter.client_held
+    [end] = segmenter.force_end(EndReason.CLIENT)
+    assert end.reason is EndReason.CLIENT
+
+
+def test_skipped_audio_advances_the_clock_only() -> None:
+    segmenter = VadSegmenter(VadConfig())
+    run(segmenter, silence(200))
+    segmenter.skip(16 * 330)
+    assert segmenter.audio_ms == 530
+    [start] = [e for e in run(segmenter, tone_pcm("打开", lead_ms=100)) if isinstance(e, SpeechStarted)]
+    assert 530 + 100 - 60 <= start.audio_ms <= 530 + 100 + 60  # onset on the client's clock

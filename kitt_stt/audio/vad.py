@@ -74,14 +74,20 @@ class VadSegmenter:
         self.state = VadState.SILENCE
         self.client_held = False
         self._frames_seen = 0
+        self._skipped_samples = 0  # audio the server dropped (rate limit): on the clock, never heard
         self._segment_frames = 0
         self._trailing_silence = 0
         self._last_voiced_end_ms = 0
 
     @property
     def audio_ms(self) -> int:
-        """Audio time of this seat's stream: ms of audio received so far."""
-        return self._frames_seen * FRAME_MS
+        """Audio time of this seat's stream: ms of audio received so far (dropped audio included,
+        so the clock stays the client's)."""
+        return (self._frames_seen * FRAME_SAMPLES + self._skipped_samples) * 1000 // SAMPLE_RATE
+
+    def skip(self, samples: int) -> None:
+        """Advance the clock over audio that was received but not processed."""
+        self._skipped_samples += samples
 
     @property
     def buffered_bytes(self) -> int:
@@ -113,8 +119,10 @@ class VadSegmenter:
         if self._trailing_silence >= self._silence_frames and not self.client_held:
             events.append(self._end(EndReason.SILENCE))
         elif self._segment_frames >= self._max_frames:
+            held = self.client_held
             events.append(self._end(EndReason.MAX_DURATION))
-            if voiced:  # speech goes on: open the next segment right away, no pre-roll needed
+            if voiced or held:  # speech goes on: open the next segment right away, no pre-roll needed
+                self.client_held = held  # a client-held segment's continuation stays held
                 events.append(self._start(self.audio_ms))
         return events
 
@@ -141,6 +149,13 @@ class VadSegmenter:
         if self.state is VadState.SPEECH:
             return []
         return [self._start(self.audio_ms)]
+
+    def refuse_start(self) -> None:
+        """The segment just opened was not admitted (the seat's budget is spent): back to silence,
+        so the audio until the next start is not part of any segment."""
+        self.state = VadState.SILENCE
+        self.client_held = False
+        self._window.clear()
 
     def force_end(self, reason: EndReason) -> list[VadEvent]:
         """End the open segment now (client ``vad stop``, ``finalize``, ``close``)."""

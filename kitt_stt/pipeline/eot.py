@@ -89,7 +89,8 @@ class SilenceTimeoutPolicy(EotPolicy):
 class TurnSensePolicy(EotPolicy):
     """Commit as soon as p >= ``threshold``; otherwise commit after ``wait_ms`` of silence.
 
-    A failed prediction counts as "not confident": the turn still commits on the timeout.
+    A failed or late prediction counts as "not confident": the turn still commits on the timeout,
+    never later than ``wait_ms`` after the end of speech.
     """
 
     def __init__(self, threshold: float, wait_ms: int) -> None:
@@ -99,8 +100,13 @@ class TurnSensePolicy(EotPolicy):
     async def decide(self, context: TurnContext) -> Decision:
         prediction = None
         if context.prediction is not None:
+            # wait_ms is a hard upper bound: under load the model may answer late, and a late
+            # answer must not hold the turn open past it
+            remaining_s = max(0.0, self.wait_ms - context.waited_ms()) / 1000.0
             try:
-                prediction = await asyncio.shield(context.prediction)
+                prediction = await asyncio.wait_for(asyncio.shield(context.prediction), remaining_s)
+            except TimeoutError:
+                log.debug("end-of-turn model did not answer within turn.wait_ms; committing on timeout")
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -1,35 +1,50 @@
-"""Per-seat audio budget (a token bucket counted in milliseconds of audio)."""
+"""Token buckets: the per-seat audio budget and the per-seat budget for opening segments."""
 
 from __future__ import annotations
 
 import time
 
-from kitt_stt.config.schema import RateLimitConfig
+from kitt_stt.config.schema import RateLimitConfig, SegmentStartBudget
 
 
-class AudioRateLimiter:
-    """Allows ``burst_ms`` of audio at once, refilled at ``realtime_factor`` x wall time."""
+class TokenBucket:
+    """Allows ``capacity`` at once, refilled at ``refill_per_s``; complaints are throttled so that
+    refusals do not flood the socket with error frames."""
 
-    def __init__(self, config: RateLimitConfig) -> None:
-        self._capacity = float(config.burst_ms)
-        self._rate = config.realtime_factor
-        self._tokens = self._capacity
+    def __init__(self, capacity: float, refill_per_s: float) -> None:
+        self._capacity = capacity
+        self._rate = refill_per_s
+        self._tokens = capacity
         self._last = time.monotonic()
         self._last_complaint = float("-inf")
 
-    def allow(self, audio_ms: float) -> bool:
+    def allow(self, cost: float) -> bool:
         now = time.monotonic()
-        self._tokens = min(self._capacity, self._tokens + (now - self._last) * 1000.0 * self._rate)
+        self._tokens = min(self._capacity, self._tokens + (now - self._last) * self._rate)
         self._last = now
-        if audio_ms > self._tokens:
+        if cost > self._tokens:
             return False
-        self._tokens -= audio_ms
+        self._tokens -= cost
         return True
 
     def should_complain(self, every_s: float = 1.0) -> bool:
-        """At most one ``rate_limited`` error per ``every_s``, so refusals do not flood the socket."""
+        """At most one complaint per ``every_s``."""
         now = time.monotonic()
         if now - self._last_complaint < every_s:
             return False
         self._last_complaint = now
         return True
+
+
+class AudioRateLimiter(TokenBucket):
+    """Counted in milliseconds of audio: ``burst_ms`` at once, then ``realtime_factor`` x wall time."""
+
+    def __init__(self, config: RateLimitConfig) -> None:
+        super().__init__(float(config.burst_ms), config.realtime_factor * 1000.0)
+
+
+class SegmentStartLimiter(TokenBucket):
+    """Counted in segments: ``burst`` at once, then ``per_s`` a second."""
+
+    def __init__(self, config: SegmentStartBudget) -> None:
+        super().__init__(float(config.burst), config.per_s)

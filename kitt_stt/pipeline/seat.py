@@ -41,6 +41,7 @@ from kitt_stt.config.schema import AppConfig
 from kitt_stt.observability.logbuffer import seat_id as seat_context
 from kitt_stt.observability.metrics import Metrics
 from kitt_stt.observability.trace import Tracer, Track
+from kitt_stt.pipeline.admission import Admission
 from kitt_stt.pipeline.chunks import ChunkTracker, ClosedChunk
 from kitt_stt.pipeline.eot import CommitReason, EotPolicy
 from kitt_stt.pipeline.segment import Segment
@@ -84,6 +85,7 @@ class SeatPipeline:
         owner: Hashable,
         turn_model: TurnModelRunner | None = None,
         observe: SeatObservers | None = None,
+        admission: Admission | None = None,
     ) -> None:
         self.seat = seat
         self._config = config
@@ -91,6 +93,8 @@ class SeatPipeline:
         self._scheduler = scheduler
         self._emit = emit
         self._owner = owner
+        self._admission = admission
+        self._last_refusal = float("-inf")
         self._observe = observe or SeatObservers(None, Track(0, 0), "")
         self._vad = VadSegmenter(config.vad)
         self._turns = TurnTracker(seat, policy, emit, finals_done=lambda: self._final_chain,
@@ -127,6 +131,13 @@ class SeatPipeline:
             self._handle(self._vad.process(frame))
         self._carry = samples[whole:].copy()
 
+    def skip_audio(self, samples: int) -> None:
+        """Audio that arrived but was dropped (rate limit): it keeps the seat's clock on the
+        client's, and the end-of-turn ring hears it as silence, but no segment contains it."""
+        self._vad.skip(samples)
+        if self._turn_audio is not None:
+            self._turn_audio.append(np.zeros(samples, dtype=np.int16))
+
     def client_vad(self, event: str) -> None:
         if event == "start":
             self._handle(self._vad.client_start())
@@ -150,6 +161,14 @@ class SeatPipeline:
                 self._on_end(event)
 
     def _on_start(self, event: SpeechStarted) -> None:
+        refusal = self._admission.open_segment(self.seat) if self._admission is not None else None
+        if refusal is not None:
+            self._vad.refuse_start()
+            now = time.monotonic()
+            if now - self._last_refusal >= 1.0:  # one error a second per seat, not one per frame
+                self._last_refusal = now
+                self._emit(ErrorFrame(code=refusal.code.value, message=refusal.message, seat=self.seat))
+            return
         settings = self._settings()
         segment = Segment(
             segment_id=self._next_segment_id,
@@ -180,7 +199,8 @@ class SeatPipeline:
         if cut is not None:
             self._close_chunk(segment, cut)
         audio_ms = self._vad.audio_ms
-        if segment.wants_interim(audio_ms, self._config.interim):
+        if segment.wants_interim(audio_ms, self._config.interim) and (
+                self._admission is None or self._admission.optional_decode()):
             segment.mark_interim_requested(audio_ms)
             self._spawn(self._run_interim(segment, audio_ms))
 
@@ -194,6 +214,7 @@ class SeatPipeline:
         segment.ended_at = time.perf_counter()
         self._segment = None
         self._segment_turn = None
+        self._scheduler.promote([chunk.decode for chunk in segment.chunks.closed])
         self._final_chain = self._spawn(self._run_final(segment, turn, self._final_chain))
         if self._turn_model is not None and self._turn_audio is not None:
             context_samples = self._config.turn.context_ms * 16

@@ -34,7 +34,7 @@ class Segment:
         Both audio time (no new audio -> no interim) and wall time (a client sending faster
         than real time does not get more decodes per second) must have advanced.
         """
-        if self.closed or not self.interim_enabled or not cadence.enabled:
+        if self.closed or not self.interim_enabled:  # the session's choice; interim.enabled is its default
             return False
         if audio_ms - self.start_ms < cadence.start_ms:
             return False

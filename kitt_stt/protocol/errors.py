@@ -12,6 +12,7 @@ class ErrorCode(StrEnum):
     TOO_MANY_SEATS = "too_many_seats"
     RATE_LIMITED = "rate_limited"
     OVERLOADED = "overloaded"
+    IDLE_TIMEOUT = "idle_timeout"
     UNAUTHORIZED = "unauthorized"
     INTERNAL = "internal"
 

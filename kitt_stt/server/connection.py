@@ -3,6 +3,12 @@
 Inbound frames are handled one at a time on the event loop; a bad frame yields one ``error``
 frame and the session goes on.  Outbound frames go through one queue drained by one sender
 task, so frames leave in exactly the order the pipeline emitted them.
+
+Ending a session: a client ``close`` or a server drain (SIGTERM) flushes every seat (finals,
+then commits with reason ``stop``) and closes with 1000.  While that flush runs the receive loop
+keeps reading and discards what arrives: a client that streams on through a rollout must not
+make the session end before its finals are out.  A session that sends nothing for
+``server.idle_timeout_s`` is flushed the same way and closed with 1008.
 """
 
 from __future__ import annotations
@@ -17,9 +23,10 @@ import numpy as np
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from kitt_stt.audio.vad import EndReason
-from kitt_stt.hotwords import parse_hotwords
+from kitt_stt.hotwords import Hotword, parse_hotwords
 from kitt_stt.observability.logbuffer import session_id as session_context
 from kitt_stt.observability.trace import Track
+from kitt_stt.pipeline.admission import Admission
 from kitt_stt.pipeline.eot import EotPolicy, SilenceTimeoutPolicy, TurnSensePolicy
 from kitt_stt.pipeline.rate_limit import AudioRateLimiter
 from kitt_stt.pipeline.seat import SeatObservers, SeatPipeline
@@ -51,6 +58,7 @@ log = logging.getLogger(__name__)
 SAMPLE_RATE = 16000
 BYTES_PER_10MS = SAMPLE_RATE // 100 * 2
 CLOSE_NORMAL = 1000
+CLOSE_POLICY_VIOLATION = 1008  # idle timeout
 CLOSE_TRY_AGAIN_LATER = 1013
 
 
@@ -74,8 +82,10 @@ class Connection:
         self._pid = self._tracer.new_process(f"session {self.session_id[:8]}") if self._tracer else 0
         self._track = Track(self._pid, 0)
         self._sender: asyncio.Task[None] | None = None
+        self._admission = Admission(self._config, state.scheduler, self)
         self._finished = asyncio.Event()
-        self._closing = False
+        self._closing = False  # the socket is going away: stop reading
+        self._draining = False  # seats are being flushed: read and discard
         self._aborting: asyncio.Task[None] | None = None
 
     # ----- outbound ----------------------------------------------------------------------------
@@ -154,13 +164,19 @@ class Connection:
         )
 
     async def _receive_loop(self) -> None:
+        idle_s = self._config.server.idle_timeout_s or None
         while not self._closing:
             try:
-                message = await self._ws.receive()
+                message = await asyncio.wait_for(self._ws.receive(), None if self._draining else idle_s)
+            except TimeoutError:
+                await self._idle_out(idle_s or 0.0)
+                return
             except (WebSocketDisconnect, RuntimeError):
                 return
             if message["type"] == "websocket.disconnect":
                 return
+            if self._draining:
+                continue  # the flush took what was said before it began; the rest is discarded
             payload = message.get("bytes")
             if payload is None:
                 self._error(ProtocolError(ErrorCode.BAD_FRAME,
@@ -180,7 +196,10 @@ class Connection:
             if isinstance(frame, CloseFrame):
                 await self._finish(EndReason.STOP)
                 return True
-            self._dispatch(frame)
+            if isinstance(frame, StartFrame | ConfigureFrame):
+                await self._on_settings(frame)
+            else:
+                self._dispatch(frame)
         except ProtocolError as error:
             self._error(error)
         except Exception:
@@ -196,12 +215,22 @@ class Connection:
         """Server is stopping: flush every seat (reason ``stop``) and close with 1000."""
         await self._finish(EndReason.STOP)
 
-    async def _finish(self, reason: EndReason) -> None:
-        if self._closing:
+    async def _finish(self, reason: EndReason, code: int = CLOSE_NORMAL, farewell: ErrorFrame | None = None) -> None:
+        """Flush every seat, send ``farewell`` (after the finals and commits it must not hide), close."""
+        if self._closing or self._draining:
             return
-        self._closing = True
+        self._draining = True
         await self._flush_seats(self._seats.values(), reason)
-        await self._close_socket(CLOSE_NORMAL)
+        if farewell is not None:
+            self.send(farewell)
+        await self._close_socket(code)
+
+    async def _idle_out(self, idle_s: float) -> None:
+        log.info("session %s: nothing received for %.0f s; closing", self.session_id, idle_s)
+        farewell = ErrorFrame(code=ErrorCode.IDLE_TIMEOUT.value, fatal=True,
+                              message=f"nothing received for {idle_s:g} s (server.idle_timeout_s); send audio or "
+                                      "ping to keep a session open")
+        await self._finish(EndReason.STOP, CLOSE_POLICY_VIOLATION, farewell)
 
     async def _close_socket(self, code: int) -> None:
         if self._finished.is_set():
@@ -255,19 +284,28 @@ class Connection:
             self._seat(frame.seat).client_vad(frame.event)
         elif isinstance(frame, FinalizeFrame):
             self._on_finalize(frame)
-        elif isinstance(frame, StartFrame):
-            self._on_start(frame)
-        elif isinstance(frame, ConfigureFrame):
-            self._settings = self._updated_settings(frame.language, frame.interim, frame.hotwords)
         elif isinstance(frame, PingFrame):
             self.send(PongFrame(id=frame.id))
 
-    def _on_start(self, frame: StartFrame) -> None:
-        self._settings = self._updated_settings(frame.language, frame.interim, frame.hotwords)
-        if frame.client:
-            log.info("session %s: client %s", self.session_id, frame.client)
-        for seat in frame.seats or []:
-            self._seat(seat)
+    async def _on_settings(self, frame: StartFrame | ConfigureFrame) -> None:
+        settings = self._updated_settings(frame.language, frame.interim, frame.hotwords)
+        if settings.hotwords and settings.hotwords != self._settings.hotwords and self._state.engine.info.hotwords:
+            await self._prepare_hotwords(settings.hotwords)
+        self._settings = settings
+        if isinstance(frame, StartFrame):
+            if frame.client:
+                log.info("session %s: client %r", self.session_id, frame.client)
+            for seat in frame.seats or []:
+                self._seat(seat)
+
+    async def _prepare_hotwords(self, hotwords: tuple[Hotword, ...]) -> None:
+        """Build the hotword biasing structure now, on a thread: a decode worker must not pay
+        for it, and the event loop must not block on it."""
+        try:
+            await asyncio.to_thread(self._state.engine.prepare_hotwords, hotwords)
+        except Exception as exc:
+            log.exception("session %s: preparing hotwords failed", self.session_id)
+            raise ProtocolError(ErrorCode.BAD_FIELD, f"hotwords could not be prepared: {exc}") from None
 
     def _updated_settings(self, language: str | None, interim: bool | None,
                           hotwords: list[str] | None) -> SessionSettings:
@@ -324,6 +362,7 @@ class Connection:
                 self._error(ProtocolError(ErrorCode.RATE_LIMITED,
                                           "audio is arriving faster than the allowed rate; frames are being dropped",
                                           frame.seat))
+            seat.skip_audio(size // 2)
             return
         self._metrics.audio_seconds.inc(size / 32000.0)
         seat.push_audio(np.frombuffer(frame.pcm, dtype="<i2"))
@@ -350,6 +389,7 @@ class Connection:
             scheduler=self._state.scheduler, policy=self._policy(), emit=self.send, owner=self,
             turn_model=self._state.turn_model,
             observe=SeatObservers(self._tracer, track, self.session_id, self._metrics),
+            admission=self._admission,
         )
         self._seats[name] = seat
         self._limiters[name] = AudioRateLimiter(self._config.server.rate_limit)

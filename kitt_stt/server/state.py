@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from kitt_stt.asr.engine import AsrEngine
+from kitt_stt.asr.engine import AsrEngine, DecodeOptions
 from kitt_stt.config.schema import AppConfig
+from kitt_stt.hotwords import parse_hotwords
 from kitt_stt.observability.logbuffer import RecentLogBuffer
 from kitt_stt.observability.metrics import Metrics
 from kitt_stt.observability.trace import Tracer
@@ -32,15 +34,26 @@ class ServiceState:
     tracer: Tracer | None = None
     log_buffer: RecentLogBuffer | None = None
     connections: set[Connection] = field(default_factory=set)
+    connections_per_ip: Counter[str] = field(default_factory=Counter)
     ready: bool = False
     draining: bool = False
     load_error: str | None = None
     warm_up_ms: float = 0.0
+    _drain: asyncio.Task[None] | None = None
+
+    @property
+    def serving(self) -> bool:
+        """Ready, and no inference worker has died (a dead worker means decodes would hang)."""
+        return self.ready and self.scheduler.failure is None
 
     def warm_up(self) -> None:
         """Blocking: one decode so that the first client does not pay for lazy initialisation."""
         started = time.perf_counter()
-        self.engine.warm_up()
+        asr = self.config.asr
+        hotwords = parse_hotwords(asr.hotwords)
+        if hotwords and self.engine.info.hotwords:
+            self.engine.prepare_hotwords(hotwords)  # the sessions' default list, ready before the first
+        self.engine.warm_up(DecodeOptions(language=asr.language, use_itn=asr.use_itn, hotwords=hotwords))
         if self.turn_model is not None:
             self.turn_model.warm_up()
         self.warm_up_ms = (time.perf_counter() - started) * 1000.0
@@ -56,9 +69,17 @@ class ServiceState:
         return sum(connection.seat_count for connection in self.connections)
 
     async def drain(self, timeout_s: float) -> None:
-        """Refuse new sessions, flush every open one (finals + commits, reason ``stop``), close them."""
-        self.draining = True
-        self.ready = False
+        """Refuse new sessions, flush every open one (finals + commits, reason ``stop``), close them.
+
+        One drain per process: the signal handler starts it and the app's shutdown hook awaits
+        the same one (a second drain would flush sessions the first is already closing)."""
+        if self._drain is None:
+            self.draining = True
+            self.ready = False
+            self._drain = asyncio.create_task(self._drain_sessions(timeout_s))
+        await asyncio.shield(self._drain)
+
+    async def _drain_sessions(self, timeout_s: float) -> None:
         sessions = list(self.connections)
         if not sessions:
             return
