@@ -313,7 +313,7 @@ class InferenceScheduler:
         return True
 
     def _work(self) -> None:
-        batch: list[_Job] = []
+        batch: list[_Job] | None = None
         try:
             while (batch := self._take_batch()) is not None:
                 try:
@@ -325,7 +325,7 @@ class InferenceScheduler:
         except BaseException as exc:  # whatever it was: say so, and answer the awaiters
             self.failure = f"{threading.current_thread().name} died: {exc!r}"
             log.critical("inference worker stopped: %s; the service reports unready", self.failure, exc_info=True)
-            for job in batch:
+            for job in batch or ():
                 _post(job, None, RuntimeError(self.failure))
 
     def _run(self, batch: list[_Job]) -> None:
