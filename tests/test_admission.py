@@ -49,3 +49,12 @@ def test_a_full_queue_refuses_every_connection() -> None:
     refusal = gate.open_segment("a")
     assert refusal is not None and refusal.code is ErrorCode.OVERLOADED and "queue is full" in refusal.message
     assert not gate.optional_decode()
+
+
+def test_the_message_pacer_lets_a_second_through_then_paces() -> None:
+    from kitt_stt.pipeline.rate_limit import MessagePacer
+
+    pacer = MessagePacer(100)
+    assert all(pacer.delay_for(1.0) == 0.0 for _ in range(100))  # one second's worth at once
+    waits = [pacer.delay_for(1.0) for _ in range(50)]
+    assert waits == sorted(waits) and 0.45 <= waits[-1] <= 0.51  # the 50th beyond it waits ~0.5 s

@@ -52,6 +52,7 @@ class ServerConfig(_Section):
     max_connections_per_client_ip: int | None = Field(default=None, ge=1)
     idle_timeout_s: float = Field(default=60.0, ge=0)
     max_pending_decodes: int = Field(default=32, ge=1, le=10_000)
+    max_messages_per_s: int = Field(default=2000, ge=10)
     segment_starts: SegmentStartBudget = SegmentStartBudget()
     max_seats: int = Field(default=8, ge=1, le=64)
     max_frame_ms: int = Field(default=1000, ge=10, le=1000)

@@ -1,4 +1,5 @@
-"""Token buckets: the per-seat audio budget and the per-seat budget for opening segments."""
+"""Token buckets: the per-seat audio budget, the per-seat budget for opening segments, and the
+pace at which one connection's messages are read."""
 
 from __future__ import annotations
 
@@ -27,6 +28,15 @@ class TokenBucket:
         self._tokens -= cost
         return True
 
+    def delay_for(self, cost: float) -> float:
+        """Take ``cost`` now, going into debt if needed; the seconds to wait until the debt is paid.
+
+        For pacing instead of refusing: the caller sleeps that long before taking more."""
+        now = time.monotonic()
+        self._tokens = min(self._capacity, self._tokens + (now - self._last) * self._rate) - cost
+        self._last = now
+        return max(0.0, -self._tokens / self._rate)
+
     def should_complain(self, every_s: float = 1.0) -> bool:
         """At most one complaint per ``every_s``."""
         now = time.monotonic()
@@ -48,3 +58,10 @@ class SegmentStartLimiter(TokenBucket):
 
     def __init__(self, config: SegmentStartBudget) -> None:
         super().__init__(float(config.burst), config.per_s)
+
+
+class MessagePacer(TokenBucket):
+    """Messages a connection may have read per second (one second's worth at once)."""
+
+    def __init__(self, per_s: int) -> None:
+        super().__init__(float(per_s), float(per_s))

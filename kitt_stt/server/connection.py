@@ -28,7 +28,7 @@ from kitt_stt.observability.logbuffer import session_id as session_context
 from kitt_stt.observability.trace import Track
 from kitt_stt.pipeline.admission import Admission
 from kitt_stt.pipeline.eot import EotPolicy, SilenceTimeoutPolicy, TurnSensePolicy
-from kitt_stt.pipeline.rate_limit import AudioRateLimiter
+from kitt_stt.pipeline.rate_limit import AudioRateLimiter, MessagePacer
 from kitt_stt.pipeline.seat import SeatObservers, SeatPipeline
 from kitt_stt.pipeline.settings import SessionSettings
 from kitt_stt.protocol.codec import decode_client_frame, encode_server_frame
@@ -83,6 +83,7 @@ class Connection:
         self._track = Track(self._pid, 0)
         self._sender: asyncio.Task[None] | None = None
         self._admission = Admission(self._config, state.scheduler, self)
+        self._pacer = MessagePacer(self._config.server.max_messages_per_s)
         self._finished = asyncio.Event()
         self._closing = False  # the socket is going away: stop reading
         self._draining = False  # seats are being flushed: read and discard
@@ -166,6 +167,11 @@ class Connection:
     async def _receive_loop(self) -> None:
         idle_s = self._config.server.idle_timeout_s or None
         while not self._closing:
+            # Reading slower than a flooding client sends lets TCP push back on it: its messages
+            # wait in its own socket buffers instead of taking the event loop from everyone else.
+            pause = self._pacer.delay_for(1.0)
+            if pause > 0:
+                await asyncio.sleep(pause)
             try:
                 message = await asyncio.wait_for(self._ws.receive(), None if self._draining else idle_s)
             except TimeoutError:
