@@ -76,7 +76,9 @@ async def test_sigterm_while_clients_keep_streaming_loses_nothing(tmp_path, mode
 
 
 async def test_a_flooding_client_does_not_starve_another_connections_final(tmp_path, model_cache) -> None:
-    overrides = {"server": {"segment_starts": {"per_s": 2.0, "burst": 5}, "max_pending_decodes": 8}}
+    # message pacing off here (tested below): this test is about decode admission and fairness
+    overrides = {"server": {"segment_starts": {"per_s": 2.0, "burst": 5}, "max_pending_decodes": 8,
+                            "max_messages_per_s": 1_000_000}}
     with run_server(tmp_path, model_cache, overrides) as shared:
         async with connect(shared.url) as flooder, connect(shared.url) as victim:
             flood_frames: list[dict[str, Any]] = []
@@ -120,6 +122,20 @@ async def test_a_flooding_client_does_not_starve_another_connections_final(tmp_p
         finals = [(f["seat"], f["segment_id"]) for f in of_type(flood_frames, "final")]
         assert sorted(starts) == sorted(finals)  # every admitted segment got its final
         assert len(starts) <= 8 * (5 + 2.0 * flood_s + 1)  # the budget held: burst plus refill over the run
+
+
+async def test_a_connection_is_read_at_most_max_messages_per_s(tmp_path, model_cache) -> None:
+    with run_server(tmp_path, model_cache, {"server": {"max_messages_per_s": 500}}) as server:
+        async with connect(server.url) as hasty, connect(server.url) as other:
+            started = time.monotonic()
+            for n in range(1500):  # a one-second burst, then 1000 more at 500/s: ~2 s to read
+                await hasty.ping(n)
+            await other.ping("other")
+            assert (await asyncio.wait_for(other.receive(), 1.0))["id"] == "other"  # not stuck behind it
+            pongs = await collect_until(hasty, lambda fs: len(fs) == 1500, timeout=15)
+            elapsed = time.monotonic() - started
+    assert [p["id"] for p in pongs] == list(range(1500))  # slowed down, nothing dropped
+    assert 1.6 <= elapsed < 6.0, elapsed
 
 
 async def test_a_silent_session_is_closed_after_the_idle_timeout(tmp_path, model_cache) -> None:
