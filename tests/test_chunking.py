@@ -42,13 +42,24 @@ def tone_engine(tone_dir: Path) -> OrtSenseVoiceEngine:
     return OrtSenseVoiceEngine(load_sense_voice_model(tone_dir), "tone", AsrConfig())
 
 
-async def run_seat(engine: AsrEngine, pcm: bytes, **asr: object) -> list[dict]:
+class AtDecodeCap:
+    """Admission of a connection at its decode cap: segments open, optional work is refused."""
+
+    def open_segment(self, seat: str) -> None:
+        return None
+
+    def optional_decode(self) -> bool:
+        return False
+
+
+async def run_seat(engine: AsrEngine, pcm: bytes, admission: object = None, **asr: object) -> list[dict]:
     config = AppConfig.model_validate({"asr": asr, "vad": {"silence_ms": 500}, "interim": {"enabled": False}})
     scheduler = InferenceScheduler(engine, workers=1)
     scheduler.start()
     frames: list[dict] = []
     seat = SeatPipeline("driver", config, lambda: SessionSettings(interim=False), scheduler,
-                        SilenceTimeoutPolicy(50), lambda frame: frames.append(frame.model_dump()), owner="test")
+                        SilenceTimeoutPolicy(50), lambda frame: frames.append(frame.model_dump()), owner="test",
+                        admission=admission)  # type: ignore[arg-type]
     try:
         seat.push_audio(np.frombuffer(pcm, dtype="<i2"))
         deadline = time.monotonic() + 10
@@ -102,6 +113,18 @@ async def test_long_speech_without_pauses_is_cut_at_max_chunk(tone_engine) -> No
     [final] = [f for f in frames if f["type"] == "final"]
     assert final["timing"]["chunks"] >= 3
     assert max(spy.lengths) <= 2 * 1000 * 16 + 320
+
+
+async def test_at_a_decode_cap_pause_chunks_are_skipped_but_long_ones_still_cut(tone_engine) -> None:
+    spy = SpyEngine(tone_engine)
+    frames = await run_seat(spy, paused_speech(), AtDecodeCap(), chunk_pause_ms=200)
+    [final] = [f for f in frames if f["type"] == "final"]
+    assert final["text"] == "".join(PAUSED) and final["timing"]["chunks"] == 1 and len(spy.lengths) == 1
+    spy = SpyEngine(tone_engine)
+    pcm = tone_pcm("ABCDEFABCDEF", burst_ms=300, gap_ms=80, tail_ms=700)
+    frames = await run_seat(spy, pcm, AtDecodeCap(), chunk_pause_ms=200, max_chunk_ms=1000)
+    [final] = [f for f in frames if f["type"] == "final"]
+    assert final["timing"]["chunks"] >= 3 and max(spy.lengths) <= 2 * 1000 * 16 + 320
 
 
 def test_chunk_pause_must_be_shorter_than_segment_silence() -> None:

@@ -123,9 +123,13 @@ def test_tokens_from_the_environment_are_raw_text(raw: str) -> None:
     assert config.server.auth_token == raw and config.debug.token == raw
 
 
-def test_a_numeric_token_in_a_file_is_its_digits(tmp_path: Path) -> None:
-    path = write(tmp_path / "c.yaml", "server:\n  auth_token: 123456\n")
-    assert load_config(path, env={}).config.server.auth_token == "123456"
+@pytest.mark.parametrize("written", ["123456", "0123", "0x1F", "12:30"])
+def test_an_unquoted_token_that_yaml_reads_as_a_number_is_refused(tmp_path: Path, written: str) -> None:
+    path = write(tmp_path / "c.yaml", f"server:\n  auth_token: {written}\n")
+    with pytest.raises(ConfigError, match="quoted string"):
+        load_config(path, env={})
+    quoted = write(tmp_path / "q.yaml", f'server:\n  auth_token: "{written}"\n')
+    assert load_config(quoted, env={}).config.server.auth_token == written
 
 
 @pytest.mark.parametrize("raw", ["", "   "])

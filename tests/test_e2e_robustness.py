@@ -182,10 +182,11 @@ async def test_tokens_stay_out_of_logs_and_metrics_can_require_one(tmp_path, mod
         assert httpx.get(f"{server.http}/metrics", headers={"Authorization": "Bearer nope"}).status_code == 403
         scraped = httpx.get(f"{server.http}/metrics", headers={"Authorization": f"Bearer {token}"})
         assert scraped.status_code == 200 and "kitt_" in scraped.text
+        assert httpx.get(f"{server.http}/readyz?token={token}").status_code == 200  # an HTTP access line too
         await asyncio.sleep(0.3)
         log = server.log()
-    assert "WebSocket" in log and "token=[redacted]" in log
-    assert token not in log
+    assert "WebSocket /stt/sensevoice?token=[redacted]" in log and "/readyz?token=[redacted]" in log
+    assert token not in log and "Logging error" not in log
 
 
 async def test_dropped_audio_keeps_the_seat_clock_on_the_clients(tmp_path, model_cache) -> None:

@@ -250,3 +250,20 @@ def test_an_invalid_seat_name_is_not_echoed_in_the_error() -> None:
         with pytest.raises(ProtocolError) as refused:
             decode_client_frame(payload)
         assert refused.value.seat == echoed
+
+
+@pytest.mark.parametrize("invisible", ["\u034f", "\ufe0f", "\u3164", "\u115f", "\u2800", "\U000e0100"])
+def test_invisible_letters_and_marks_are_refused_in_names(invisible: str) -> None:
+    payload = msgpack.packb({"type": "audio", "seat": f"driver{invisible}", "pcm": b""}, use_bin_type=True)
+    with pytest.raises(ProtocolError) as refused:
+        decode_client_frame(payload)
+    assert refused.value.code is ErrorCode.BAD_FIELD and f"U+{ord(invisible):04X}" in refused.value.message
+
+
+def test_a_ping_id_is_bounded_in_size() -> None:
+    ok = msgpack.packb({"type": "ping", "id": b"x" * 1000}, use_bin_type=True)
+    assert decode_client_frame(ok).id == b"x" * 1000  # type: ignore[attr-defined]
+    big = msgpack.packb({"type": "ping", "id": b"x" * 2000}, use_bin_type=True)
+    with pytest.raises(ProtocolError) as refused:
+        decode_client_frame(big)
+    assert refused.value.code is ErrorCode.BAD_FIELD and "at most 1024" in refused.value.message

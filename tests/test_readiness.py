@@ -1,4 +1,5 @@
-"""/readyz follows what the service can really do: a dead inference worker makes it 503."""
+"""/readyz and /healthz follow what the service can really do: a dead inference worker makes
+both 503 (the pod is restarted) and new sessions are refused."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import httpx
 
 from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult, EngineInfo
 from kitt_stt.config.schema import AppConfig
-from kitt_stt.server.app import create_app
+from kitt_stt.server.app import _cannot_accept, create_app
 
 
 class SilentEngine(AsrEngine):
@@ -29,3 +30,7 @@ async def test_a_dead_worker_makes_the_service_unready() -> None:
         answer = await client.get("/readyz")
         assert answer.status_code == 503
         assert answer.json()["status"] == "failed" and "MemoryError" in answer.json()["error"]
+        alive = await client.get("/healthz")
+        assert alive.status_code == 503 and "MemoryError" in alive.json()["error"]
+    refused = _cannot_accept(state, "10.0.0.7")
+    assert refused is not None and refused[0] == "failed" and "worker failed" in refused[1]

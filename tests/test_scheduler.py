@@ -173,7 +173,7 @@ async def test_a_failing_request_is_retried_alone_and_its_batch_mates_succeed() 
             await bad
 
 
-async def test_a_fault_after_decoding_reaches_the_awaiter_and_the_worker_goes_on() -> None:
+async def test_a_metrics_fault_after_decoding_touches_no_result_and_the_worker_goes_on() -> None:
     calls = []
 
     def observer(priority, queue_s, decode_s) -> None:
@@ -182,24 +182,48 @@ async def test_a_fault_after_decoding_reaches_the_awaiter_and_the_worker_goes_on
             raise RuntimeError("observer broke")
 
     engine = GatedEngine()
-    engine.gate.set()
-    with running(InferenceScheduler(engine, workers=1, observer=observer)) as scheduler:
-        first = scheduler.submit(request("a"), Priority.FINAL, owner="c")
-        await asyncio.wait([first])
-        second = await scheduler.submit(request("b"), Priority.FINAL, owner="c")
-        assert second.result.text == "b" and scheduler.failure is None
+    with running(InferenceScheduler(engine, workers=1, max_batch=4, observer=observer)) as scheduler:
+        blocker = await block_worker(scheduler, engine)
+        batch = [scheduler.submit(request(f"b{n}"), Priority.FINAL, owner="c") for n in range(3)]
+        engine.gate.set()
+        await blocker
+        assert [(await job).result.text for job in batch] == ["b0", "b1", "b2"]  # the first fault hid nothing
+        assert (await scheduler.submit(request("later"), Priority.FINAL, owner="c")).result.text == "later"
+        assert scheduler.failure is None
 
 
-async def test_a_dead_worker_is_reported() -> None:
+async def test_a_dead_worker_fails_every_decode_instead_of_hanging() -> None:
     class Fatal(GatedEngine):
         def decode_batch(self, requests, timer=None):
-            raise SystemExit("worker killed")  # not an Exception: escapes every handler
+            if requests[0].options.language == "fatal":
+                raise SystemExit("worker killed")  # not an Exception: escapes every handler
+            return super().decode_batch(requests, timer)
 
-    scheduler = InferenceScheduler(Fatal(), workers=1)
+    engine = Fatal()
+    scheduler = InferenceScheduler(engine, workers=1)
     with running(scheduler):
-        scheduler.submit(request("x"), Priority.FINAL, owner="c")
-        for _ in range(100):
-            if scheduler.failure:
-                break
-            await asyncio.sleep(0.02)
+        blocker = await block_worker(scheduler, engine)
+        doomed = scheduler.submit(request("fatal"), Priority.FINAL, owner="c")
+        queued = scheduler.submit(request("queued"), Priority.FINAL, owner="c")
+        engine.gate.set()
+        await blocker
+        for future in (doomed, queued):
+            with pytest.raises(RuntimeError, match="worker killed"):
+                await asyncio.wait_for(future, 5)
         assert scheduler.failure is not None and "worker killed" in scheduler.failure
+        assert scheduler.queue_depth == 0
+        with pytest.raises(RuntimeError, match="has failed"):
+            await scheduler.submit(request("after"), Priority.FINAL, owner="c")
+
+
+async def test_naive_fifo_mode_still_cancels_a_closed_connections_jobs() -> None:
+    engine = GatedEngine()
+    with running(InferenceScheduler(engine, workers=1, fifo=True)) as scheduler:
+        blocker = await block_worker(scheduler, engine)
+        gone = [scheduler.submit(request("gone"), Priority.FINAL, owner="closed") for _ in range(3)]
+        kept = scheduler.submit(request("kept"), Priority.INTERIM, owner="open")
+        assert scheduler.cancel_owner("closed") == 3 and scheduler.queue_depth == 1
+        engine.gate.set()
+        assert await asyncio.gather(*gone) == [None, None, None]
+        assert (await kept).result.text == "kept"
+        await blocker

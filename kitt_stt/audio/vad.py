@@ -39,10 +39,12 @@ class EndReason(StrEnum):
 
 @dataclass(frozen=True)
 class SpeechStarted:
-    """Speech confirmed; ``preroll`` is the audio of the segment so far (pre-roll included)."""
+    """Speech confirmed; ``preroll`` is the audio of the segment so far (pre-roll included).
+    ``continued``: the segment goes on from one just split at ``max_segment_ms``, not new speech."""
 
     audio_ms: int
     preroll: np.ndarray
+    continued: bool = False
 
 
 @dataclass(frozen=True)
@@ -123,10 +125,10 @@ class VadSegmenter:
             events.append(self._end(EndReason.MAX_DURATION))
             if voiced or held:  # speech goes on: open the next segment right away, no pre-roll needed
                 self.client_held = held  # a client-held segment's continuation stays held
-                events.append(self._start(self.audio_ms))
+                events.append(self._start(self.audio_ms, continued=True))
         return events
 
-    def _start(self, speech_ms: int) -> SpeechStarted:
+    def _start(self, speech_ms: int, continued: bool = False) -> SpeechStarted:
         preroll = np.concatenate(list(self._preroll)) if self._preroll else np.zeros(0, np.int16)
         self._preroll.clear()
         self._window.clear()
@@ -134,7 +136,7 @@ class VadSegmenter:
         self._segment_frames = preroll.shape[0] // FRAME_SAMPLES
         self._trailing_silence = 0
         self._last_voiced_end_ms = self.audio_ms
-        return SpeechStarted(audio_ms=max(0, speech_ms), preroll=preroll)
+        return SpeechStarted(audio_ms=max(0, speech_ms), preroll=preroll, continued=continued)
 
     def _end(self, reason: EndReason) -> SpeechEnded:
         self.state = VadState.SILENCE
@@ -151,8 +153,8 @@ class VadSegmenter:
         return [self._start(self.audio_ms)]
 
     def refuse_start(self) -> None:
-        """The segment just opened was not admitted (the seat's budget is spent): back to silence,
-        so the audio until the next start is not part of any segment."""
+        """The segment just opened was not admitted (a segment-start budget or decode cap is
+        reached): back to silence, so the audio until the next start is not part of any segment."""
         self.state = VadState.SILENCE
         self.client_held = False
         self._window.clear()

@@ -40,9 +40,15 @@ class SegmentStartBudget(_Section):
     burst: int = Field(default=10, ge=1)
 
 
-class ServerConfig(_Section):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, coerce_numbers_to_str=True)  # token 123456
+def _quoted_token(value: object) -> object:
+    """A token must be text as written: YAML reads unquoted 0123 as 83, 0x1F as 31 and 12:30 as 750."""
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"write the token as a quoted string (YAML read it as {type(value).__name__} {value!r}), "
+                         'e.g. token: "0123"')
+    return value
 
+
+class ServerConfig(_Section):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     path: str = "/stt/sensevoice"
@@ -60,6 +66,8 @@ class ServerConfig(_Section):
     outbound_queue_frames: int = Field(default=2000, ge=10)
     rate_limit: RateLimitConfig = RateLimitConfig()
     shutdown_grace_s: float = Field(default=10.0, ge=0)
+
+    _auth_token_is_text = field_validator("auth_token", mode="before")(_quoted_token)
 
     @field_validator("auth_token")
     @classmethod
@@ -215,13 +223,13 @@ class TracingConfig(_Section):
 class DebugConfig(_Section):
     """``/debug/logs`` and ``/debug/trace``: off unless enabled, and always behind a token."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, coerce_numbers_to_str=True)
-
     logs_enabled: bool = False
     trace_enabled: bool = False
     token: str | None = None
     logs_max_bytes: int = Field(default=1 << 20, ge=1024)
     logs_max_records: int = Field(default=2000, ge=10)
+
+    _token_is_text = field_validator("token", mode="before")(_quoted_token)
 
     @model_validator(mode="after")
     def _token_required(self) -> DebugConfig:

@@ -15,13 +15,16 @@ def redact(text: str) -> str:
 
 
 class TokenRedactor(logging.Filter):
-    """Rewrites a record whose message carries a token; every record passes (nothing is dropped)."""
+    """Redacts tokens in a record's message and in its string arguments, keeping the arguments'
+    shape (uvicorn's access formatter unpacks them); every record passes (nothing is dropped)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        cleaned = redact(message)
-        if cleaned != message:
-            record.msg, record.args = cleaned, None
+        if isinstance(record.msg, str):
+            record.msg = redact(record.msg)
+        if isinstance(record.args, tuple):
+            record.args = tuple(redact(arg) if isinstance(arg, str) else arg for arg in record.args)
+        elif isinstance(record.args, dict):
+            record.args = {key: redact(arg) if isinstance(arg, str) else arg for key, arg in record.args.items()}
         return True
 
 

@@ -9,8 +9,9 @@ seat is about to open a segment (every segment costs one final, and its chunks):
 * the whole queue (``asr.max_queue``), so the service as a whole stays bounded;
 * the seat's segment-start budget (``server.segment_starts``).
 
-Interims are optional work: they are simply not requested while either cap is reached. Finals of
-segments already open are never refused (every ``speech_start`` gets its final).
+Optional work is not requested while either cap is reached: interims, and chunk decodes at pauses
+(the final then decodes the longer tail). Finals of segments already open are never refused
+(every ``speech_start`` gets its final), nor are chunks that reached ``asr.max_chunk_ms``.
 """
 
 from __future__ import annotations

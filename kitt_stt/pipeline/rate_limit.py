@@ -8,16 +8,30 @@ import time
 from kitt_stt.config.schema import RateLimitConfig, SegmentStartBudget
 
 
+class Throttle:
+    """At most one complaint per ``every_s``, so refusals do not flood the socket with error frames."""
+
+    def __init__(self, every_s: float = 1.0) -> None:
+        self._every_s = every_s
+        self._last = float("-inf")
+
+    def ready(self) -> bool:
+        now = time.monotonic()
+        if now - self._last < self._every_s:
+            return False
+        self._last = now
+        return True
+
+
 class TokenBucket:
-    """Allows ``capacity`` at once, refilled at ``refill_per_s``; complaints are throttled so that
-    refusals do not flood the socket with error frames."""
+    """Allows ``capacity`` at once, refilled at ``refill_per_s``."""
 
     def __init__(self, capacity: float, refill_per_s: float) -> None:
         self._capacity = capacity
         self._rate = refill_per_s
         self._tokens = capacity
         self._last = time.monotonic()
-        self._last_complaint = float("-inf")
+        self._complaints = Throttle()
 
     def allow(self, cost: float) -> bool:
         now = time.monotonic()
@@ -37,13 +51,9 @@ class TokenBucket:
         self._last = now
         return max(0.0, -self._tokens / self._rate)
 
-    def should_complain(self, every_s: float = 1.0) -> bool:
-        """At most one complaint per ``every_s``."""
-        now = time.monotonic()
-        if now - self._last_complaint < every_s:
-            return False
-        self._last_complaint = now
-        return True
+    def should_complain(self) -> bool:
+        """At most one complaint a second about this bucket."""
+        return self._complaints.ready()
 
 
 class AudioRateLimiter(TokenBucket):

@@ -44,12 +44,13 @@ from kitt_stt.observability.trace import Tracer, Track
 from kitt_stt.pipeline.admission import Admission
 from kitt_stt.pipeline.chunks import ChunkTracker, ClosedChunk
 from kitt_stt.pipeline.eot import CommitReason, EotPolicy
+from kitt_stt.pipeline.rate_limit import Throttle
 from kitt_stt.pipeline.segment import Segment
 from kitt_stt.pipeline.settings import SessionSettings
 from kitt_stt.pipeline.turn import Turn, TurnTracker, join_texts
 from kitt_stt.protocol.errors import ErrorCode
 from kitt_stt.protocol.frames import ErrorFrame, FinalFrame, InterimFrame, ServerFrame, SpeechStartFrame
-from kitt_stt.scheduler import InferenceScheduler, Priority
+from kitt_stt.scheduler import DecodeOutcome, InferenceScheduler, Priority
 from kitt_stt.scheduler.inference import TraceTag
 from kitt_stt.turnsense.features import WINDOW_SAMPLES
 from kitt_stt.turnsense.model import TurnPrediction
@@ -94,7 +95,7 @@ class SeatPipeline:
         self._emit = emit
         self._owner = owner
         self._admission = admission
-        self._last_refusal = float("-inf")
+        self._refusals = Throttle()  # one error a second per seat, not one per refused frame
         self._observe = observe or SeatObservers(None, Track(0, 0), "")
         self._vad = VadSegmenter(config.vad)
         self._turns = TurnTracker(seat, policy, emit, finals_done=lambda: self._final_chain,
@@ -161,12 +162,12 @@ class SeatPipeline:
                 self._on_end(event)
 
     def _on_start(self, event: SpeechStarted) -> None:
-        refusal = self._admission.open_segment(self.seat) if self._admission is not None else None
+        # a continuation after a forced split is the same speech going on, not a new start
+        admission = None if event.continued else self._admission
+        refusal = admission.open_segment(self.seat) if admission is not None else None
         if refusal is not None:
             self._vad.refuse_start()
-            now = time.monotonic()
-            if now - self._last_refusal >= 1.0:  # one error a second per seat, not one per frame
-                self._last_refusal = now
+            if self._refusals.ready():
                 self._emit(ErrorFrame(code=refusal.code.value, message=refusal.message, seat=self.seat))
             return
         settings = self._settings()
@@ -196,13 +197,22 @@ class SeatPipeline:
             return
         segment.buffer.append(samples)
         cut = segment.chunks.boundary_after(voiced, segment.buffer.samples)
-        if cut is not None:
+        if cut is not None and self._chunk_admitted(segment):
             self._close_chunk(segment, cut)
         audio_ms = self._vad.audio_ms
         if segment.wants_interim(audio_ms, self._config.interim) and (
                 self._admission is None or self._admission.optional_decode()):
             segment.mark_interim_requested(audio_ms)
             self._spawn(self._run_interim(segment, audio_ms))
+
+    def _chunk_admitted(self, segment: Segment) -> bool:
+        """A chunk at a pause is an optimisation: at a decode cap it is skipped (the final decodes
+        the longer tail). One that reached ``asr.max_chunk_ms`` is always cut, so no decode is ever
+        asked to read more than two chunks' worth (Whisper reads at most 30 s)."""
+        chunks = segment.chunks
+        if segment.buffer.samples - chunks.open_start >= chunks.max_chunk_samples:
+            return True
+        return self._admission is None or self._admission.optional_decode()
 
     def _on_end(self, event: SpeechEnded) -> None:
         segment, turn = self._segment, self._segment_turn
@@ -215,7 +225,11 @@ class SeatPipeline:
         self._segment = None
         self._segment_turn = None
         self._scheduler.promote([chunk.decode for chunk in segment.chunks.closed])
-        self._final_chain = self._spawn(self._run_final(segment, turn, self._final_chain))
+        # submitted now, not in the task: the connection's outstanding count must include it
+        # before the next frame is handled
+        request = self._tail_request(segment)
+        decode = self._scheduler.submit(request, Priority.FINAL, self._owner, trace=self._trace_tag(segment))
+        self._final_chain = self._spawn(self._run_final(segment, turn, self._final_chain, request, decode))
         if self._turn_model is not None and self._turn_audio is not None:
             context_samples = self._config.turn.context_ms * 16
             if turn.prediction is not None and not turn.prediction.done():
@@ -293,12 +307,11 @@ class SeatPipeline:
         segment.last_interim_text = text
         self._emit(InterimFrame(seat=self.seat, segment_id=segment.segment_id, text=text, audio_ms=audio_ms))
 
-    async def _run_final(self, segment: Segment, turn: Turn, previous: asyncio.Task[None] | None) -> None:
-        request = self._tail_request(segment)
+    async def _run_final(self, segment: Segment, turn: Turn, previous: asyncio.Task[None] | None,
+                         request: AsrRequest, decode: asyncio.Future[DecodeOutcome | None]) -> None:
         text, lang, emotion, event, timing = "", None, None, None, {}
         try:
-            outcome = await self._scheduler.submit(request, Priority.FINAL, self._owner,
-                                                   trace=self._trace_tag(segment))
+            outcome = await decode
             earlier = await self._chunk_texts(segment) if outcome is not None else None
         except Exception as exc:
             log.exception("final decode failed (seat %s, segment %d)", self.seat, segment.segment_id,

@@ -184,8 +184,14 @@ class TurnTracker:
         self._current = None
         self._waiting = None
         previous = self._commit_chain
-        if previous is not None and not previous.done():
-            await asyncio.shield(previous)  # an earlier flushed turn commits first
+        if previous is None or previous.done():
+            self._commit(turn, decision)
+            return
+        # an earlier flushed turn commits first; chained, so a flush (drain, close) waits for this one too
+        self._commit_chain = asyncio.create_task(self._commit_after(previous, turn, decision))
+
+    async def _commit_after(self, previous: asyncio.Task[None], turn: Turn, decision: Decision) -> None:
+        await asyncio.shield(previous)
         self._commit(turn, decision)
 
     def flush(self, reason: CommitReason) -> asyncio.Task[None] | None:

@@ -23,11 +23,19 @@ from pydantic import (
 )
 
 PROTOCOL_VERSION = 1
+MAX_PING_ID_BYTES = 1024
 
 # Unicode general categories a name shown in logs and dashboards must not contain: controls (Cc),
 # format characters such as bidi overrides and zero-width joiners (Cf), surrogates (Cs), private
 # use (Co), unassigned code points (Cn), and line/paragraph separators (Zl, Zp).
 _UNPRINTABLE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+# Characters that render as nothing although their category is a letter, mark or symbol: the
+# combining grapheme joiner, Hangul and halfwidth fillers, Khmer inherent vowels, Mongolian and
+# generic variation selectors, and the blank braille pattern.
+_INVISIBLE = frozenset(
+    [0x034F, 0x115F, 0x1160, 0x17B4, 0x17B5, 0x2800, 0x3164, 0xFFA0, 0x180B, 0x180C, 0x180D, 0x180F,
+     *range(0xFE00, 0xFE10), *range(0xE0100, 0xE01F0)]
+)
 
 
 def printable(value: str) -> str:
@@ -39,9 +47,9 @@ def printable(value: str) -> str:
     """
     for char in value:
         category = unicodedata.category(char)
-        if category in _UNPRINTABLE_CATEGORIES:
-            raise ValueError(f"must not contain U+{ord(char):04X} (category {category}): "
-                             "control, format, separator and unassigned characters are refused")
+        if category in _UNPRINTABLE_CATEGORIES or ord(char) in _INVISIBLE:
+            raise ValueError(f"must not contain U+{ord(char):04X} (category {category}): control, format, "
+                             "separator, invisible and unassigned characters are refused")
     return value
 
 
@@ -106,9 +114,11 @@ class PingFrame(ClientFrame):
         Without this check such an id would fail while the server encodes the pong.
         """
         try:
-            msgpack.packb(value, use_bin_type=True)
+            packed = msgpack.packb(value, use_bin_type=True)
         except (ValueError, TypeError, OverflowError, RecursionError) as exc:
             raise ValueError(f"cannot be echoed in a pong: {exc}") from None
+        if len(packed) > MAX_PING_ID_BYTES:  # a client that does not read must not queue megabytes of pongs
+            raise ValueError(f"is {len(packed)} bytes packed; at most {MAX_PING_ID_BYTES}")
         return value
 
 

@@ -6,7 +6,7 @@ stale before they run.  Here:
 
 * finals run strictly before chunks, chunks before interims; within a priority, connections
   take turns (round-robin), so one connection's flood delays another's final by at most one
-  decode per worker;
+  engine call per worker;
 * a closed segment's queued chunk decodes are promoted to final priority;
 * a seat has at most one pending interim: a newer request replaces the older one, whose
   awaiter gets ``None`` (it is stale anyway);
@@ -68,8 +68,9 @@ class DecodeOutcome:
 @dataclass
 class _Job:
     rank: int  # index of the lane the job waits in (promotion moves a chunk to the final lane)
-    request: AsrRequest
+    request: AsrRequest | None  # None once dropped: a lane entry waiting to be skipped holds no audio
     owner: Hashable
+    lane_key: Hashable  # whose turn the job waits for: its owner, or one shared key in naive mode
     coalesce_key: Hashable | None
     future: asyncio.Future
     loop: asyncio.AbstractEventLoop
@@ -108,9 +109,9 @@ class _Lane:
         self._owners: OrderedDict[Hashable, deque[_Job]] = OrderedDict()
 
     def push(self, job: _Job) -> None:
-        jobs = self._owners.get(job.owner)
+        jobs = self._owners.get(job.lane_key)
         if jobs is None:
-            jobs = self._owners[job.owner] = deque()
+            jobs = self._owners[job.lane_key] = deque()
         jobs.append(job)
 
     def pop(self) -> _Job | None:
@@ -126,16 +127,14 @@ class _Lane:
                 return job
         return None
 
-    def jobs_of(self, owner: Hashable) -> list[_Job]:
-        return [job for job in self._owners.get(owner, ()) if not job.dropped and job.rank == self.rank]
+    def live(self) -> list[_Job]:
+        return [job for queue in self._owners.values() for job in queue if not job.dropped and job.rank == self.rank]
 
-    def forget(self, owner: Hashable) -> None:
-        self._owners.pop(owner, None)
+    def forget(self, lane_key: Hashable) -> None:
+        self._owners.pop(lane_key, None)
 
-    def clear(self) -> list[_Job]:
-        jobs = [job for queue in self._owners.values() for job in queue if not job.dropped and job.rank == self.rank]
+    def clear(self) -> None:
         self._owners.clear()
-        return jobs
 
 
 class InferenceScheduler:
@@ -167,20 +166,29 @@ class InferenceScheduler:
             thread.start()
             self._threads.append(thread)
 
-    def stop(self) -> None:
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Drop what is queued (awaiters get ``None``) and join the workers within ``timeout_s`` in
+        all: a worker stuck in a decode must not stretch shutdown past the pod's grace period."""
         with self._cond:
             self._stopping = True
-            for lane in self._lanes:
-                for job in lane.clear():
-                    job.dropped = True
-                    _post(job)
-            self._depth = 0
-            self._pending_interims.clear()
-            self._queued_chunks.clear()
+            self._fail_queued(None)
             self._cond.notify_all()
+        deadline = time.monotonic() + timeout_s
         for thread in self._threads:
-            thread.join(timeout=5)
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
         self._threads.clear()
+
+    def _fail_queued(self, error: BaseException | None) -> None:
+        """Answer every queued job (``None``, or ``error``) and empty the lanes. Lock held."""
+        for lane in self._lanes:
+            for job in lane.live():
+                job.dropped = True
+                job.request = None
+                _post(job, None, error)
+            lane.clear()
+        self._depth = 0
+        self._pending_interims.clear()
+        self._queued_chunks.clear()
 
     @property
     def queue_depth(self) -> int:
@@ -199,11 +207,15 @@ class InferenceScheduler:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[DecodeOutcome | None] = loop.create_future()
         if self._fifo:
-            rank, coalesce_key, lane_owner = 0, None, None
+            rank, coalesce_key, lane_key = 0, None, None
         else:
-            rank, lane_owner = int(priority), owner
-        job = _Job(rank, request, lane_owner, coalesce_key, future, loop, time.perf_counter(), trace, kind=priority)
+            rank, lane_key = int(priority), owner
+        job = _Job(rank, request, owner, lane_key, coalesce_key, future, loop, time.perf_counter(), trace,
+                   kind=priority)
         with self._cond:
+            if self.failure is not None:  # nobody would ever decode it: fail now, do not hang
+                future.set_exception(RuntimeError(f"the inference service has failed: {self.failure}"))
+                return future
             if self._stopping:
                 future.set_result(None)
                 return future
@@ -247,10 +259,12 @@ class InferenceScheduler:
         dropped = 0
         with self._cond:
             for lane in self._lanes:
-                for job in lane.jobs_of(owner):
-                    self._drop(job)
-                    dropped += 1
-                lane.forget(owner)
+                for job in lane.live():
+                    if job.owner == owner:
+                        self._drop(job)
+                        dropped += 1
+                if not self._fifo:
+                    lane.forget(owner)
         return dropped
 
     def _drop(self, job: _Job, settle_now: bool = False) -> None:
@@ -258,6 +272,7 @@ class InferenceScheduler:
         if job.dropped:
             return
         job.dropped = True
+        job.request = None
         self._depth -= 1
         if job.coalesce_key is not None and self._pending_interims.get(job.coalesce_key) is job:
             del self._pending_interims[job.coalesce_key]
@@ -318,22 +333,27 @@ class InferenceScheduler:
             while (batch := self._take_batch()) is not None:
                 try:
                     self._run(batch)
-                except Exception as exc:  # a fault after decoding (observer, tracer) must not kill the worker
-                    log.exception("decode post-processing failed for a batch of %d", len(batch))
+                except Exception as exc:  # e.g. an engine answering with the wrong number of results
+                    log.exception("decode failed for a batch of %d", len(batch))
                     for job in batch:
                         _post(job, None, exc)
-        except BaseException as exc:  # whatever it was: say so, and answer the awaiters
-            self.failure = f"{threading.current_thread().name} died: {exc!r}"
-            log.critical("inference worker stopped: %s; the service reports unready", self.failure, exc_info=True)
+        except BaseException as exc:  # whatever it was: say so, and answer every awaiter
+            failure = f"{threading.current_thread().name} died: {exc!r}"
+            log.critical("inference worker stopped: %s; the service reports unhealthy", failure, exc_info=True)
+            error = RuntimeError(f"the inference service has failed: {failure}")
             for job in batch or ():
-                _post(job, None, RuntimeError(self.failure))
+                _post(job, None, error)
+            with self._cond:  # queued and future decodes fail at once rather than wait for nobody
+                self.failure = failure
+                self._fail_queued(error)
+                self._cond.notify_all()
 
     def _run(self, batch: list[_Job]) -> None:
         started = time.perf_counter()
         timer = StageTimer()
+        requests = [job.request for job in batch if job.request is not None]
         try:
-            results: list[AsrResult | BaseException] = list(
-                self.engine.decode_batch([job.request for job in batch], timer))
+            results: list[AsrResult | BaseException] = list(self.engine.decode_batch(requests, timer))
         except Exception as exc:
             if len(batch) == 1:
                 log.exception("decode failed")
@@ -349,11 +369,15 @@ class InferenceScheduler:
                 continue
             _post(job, DecodeOutcome(result, (started - job.submitted) * 1000.0, (finished - started) * 1000.0,
                                      len(batch)))
-            if self._observer is not None:
-                self._observer(job.kind, started - job.submitted, finished - started)
-            self._trace(job, started, timer, len(batch))
+            try:  # per job: a metrics or tracing fault must not touch the other jobs' results
+                if self._observer is not None:
+                    self._observer(job.kind, started - job.submitted, finished - started)
+                self._trace(job, started, timer, len(batch))
+            except Exception:
+                log.exception("decode metrics/tracing failed")
 
     def _decode_alone(self, job: _Job) -> AsrResult | BaseException:
+        assert job.request is not None  # taken jobs are never dropped
         try:
             return self.engine.decode_batch([job.request])[0]
         except Exception as exc:

@@ -70,7 +70,7 @@ def create_app(config: AppConfig, engine: AsrEngine, turn_model: TurnModelRunner
         finally:
             await state.drain(config.server.shutdown_grace_s)
             warm.cancel()
-            scheduler.stop()
+            await asyncio.to_thread(scheduler.stop, 2.0)  # off the loop, one deadline for all workers
             if turn_model is not None:
                 turn_model.close()
             if writer is not None:
@@ -81,8 +81,12 @@ def create_app(config: AppConfig, engine: AsrEngine, turn_model: TurnModelRunner
     app.state.service = state
 
     @app.get("/healthz")
-    async def healthz() -> dict[str, str]:
-        return {"status": "alive"}
+    async def healthz() -> JSONResponse:
+        # liveness: a process whose decode workers died cannot recover; let the orchestrator restart it
+        failure = state.scheduler.failure
+        if failure is not None:
+            return JSONResponse({"status": "failed", "error": failure}, status_code=503)
+        return JSONResponse({"status": "alive"})
 
     @app.get("/readyz")
     async def readyz() -> JSONResponse:
@@ -137,14 +141,15 @@ def create_app(config: AppConfig, engine: AsrEngine, turn_model: TurnModelRunner
             await websocket.send_denial_response(refusal)
             return
         await websocket.accept()
-        reason = _cannot_accept(state, websocket.client.host if websocket.client else "unknown")
-        if reason is not None:
-            metrics.refused_total.labels(_refusal_kind(state)).inc()
+        address = websocket.client.host if websocket.client else "unknown"
+        refused = _cannot_accept(state, address)
+        if refused is not None:
+            kind, reason = refused
+            metrics.refused_total.labels(kind).inc()
             frame = ErrorFrame(code=ErrorCode.OVERLOADED.value, message=reason, fatal=True)
             await websocket.send_bytes(encode_server_frame(frame))
             await websocket.close(CLOSE_TRY_AGAIN_LATER)
             return
-        address = websocket.client.host if websocket.client else "unknown"
         connection = Connection(websocket, state)
         state.connections.add(connection)
         state.connections_per_ip[address] += 1
@@ -169,27 +174,21 @@ async def _warm_up(state: ServiceState) -> None:
     state.ready = not state.draining
 
 
-def _cannot_accept(state: ServiceState, address: str) -> str | None:
+def _cannot_accept(state: ServiceState, address: str) -> tuple[str, str] | None:
+    """Why a new session is refused, as (metric label, message for the client), or None."""
     server = state.config.server
     if state.draining:
-        return "server is shutting down; reconnect to another instance"
-    if not state.serving:
-        return "server is still loading its model; retry shortly" if state.scheduler.failure is None \
-            else "server cannot decode (an inference worker failed); reconnect to another instance"
+        return "draining", "server is shutting down; reconnect to another instance"
+    if state.scheduler.failure is not None:
+        return "failed", "server cannot decode (an inference worker failed); reconnect to another instance"
+    if not state.ready:
+        return "not_ready", "server is still loading its model; retry shortly"
     if len(state.connections) >= server.max_connections:
-        return f"server is at its limit of {server.max_connections} sessions"
+        return "full", f"server is at its limit of {server.max_connections} sessions"
     per_ip = server.max_connections_per_client_ip
     if per_ip is not None and state.connections_per_ip[address] >= per_ip:
-        return f"this address already has {per_ip} sessions (server.max_connections_per_client_ip)"
+        return "per_address", f"this address already has {per_ip} sessions (server.max_connections_per_client_ip)"
     return None
-
-
-def _refusal_kind(state: ServiceState) -> str:
-    if state.draining:
-        return "draining"
-    if not state.serving:
-        return "not_ready"
-    return "full"
 
 
 def _debug_refusal(request: Request, enabled: bool, token: str | None) -> Response | None:

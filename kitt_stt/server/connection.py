@@ -87,6 +87,7 @@ class Connection:
         self._finished = asyncio.Event()
         self._closing = False  # the socket is going away: stop reading
         self._draining = False  # seats are being flushed: read and discard
+        self._finishing: asyncio.Task[None] | None = None
         self._aborting: asyncio.Task[None] | None = None
 
     # ----- outbound ----------------------------------------------------------------------------
@@ -175,6 +176,8 @@ class Connection:
             try:
                 message = await asyncio.wait_for(self._ws.receive(), None if self._draining else idle_s)
             except TimeoutError:
+                if self._draining:
+                    continue  # the timer was armed before a drain began; the drain owns the session now
                 await self._idle_out(idle_s or 0.0)
                 return
             except (WebSocketDisconnect, RuntimeError):
@@ -222,10 +225,18 @@ class Connection:
         await self._finish(EndReason.STOP)
 
     async def _finish(self, reason: EndReason, code: int = CLOSE_NORMAL, farewell: ErrorFrame | None = None) -> None:
+        """End the session once, however many ask (client ``close``, idle timeout, server drain):
+        every caller waits for the same flush, so a drain never returns while a ``close`` that
+        arrived first is still flushing."""
+        if self._finishing is None:
+            if self._closing:
+                return
+            self._draining = True
+            self._finishing = asyncio.create_task(self._flush_and_close(reason, code, farewell))
+        await asyncio.shield(self._finishing)
+
+    async def _flush_and_close(self, reason: EndReason, code: int, farewell: ErrorFrame | None) -> None:
         """Flush every seat, send ``farewell`` (after the finals and commits it must not hide), close."""
-        if self._closing or self._draining:
-            return
-        self._draining = True
         await self._flush_seats(self._seats.values(), reason)
         if farewell is not None:
             self.send(farewell)
