@@ -22,7 +22,7 @@ def _fail(message: str) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from kitt_stt.asr.factory import build_engine
+    from kitt_stt.asr.factory import plan_engine
     from kitt_stt.asr.providers import ProviderError
     from kitt_stt.asr.sense_voice_model import ModelError
     from kitt_stt.logs import configure_logging
@@ -38,7 +38,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     log_buffer = configure_logging(config)
     started = time.perf_counter()
     try:
-        engine = build_engine(config)
+        plan = plan_engine(config)  # checks now; the engine itself is built once /healthz answers
     except (ModelError, ProviderError, ValueError) as exc:
         return _fail(f"cannot load the ASR model: {exc}")
     try:
@@ -47,7 +47,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return _fail(f"cannot load the end-of-turn model: {exc}")
     host = args.host or config.server.host
     port = config.server.port if args.port is None else args.port
-    app = create_app(config, engine, turn_model, log_buffer=log_buffer, load_seconds=time.perf_counter() - started)
+    app = create_app(config, plan, turn_model, log_buffer=log_buffer, load_seconds=time.perf_counter() - started)
     run(app, host, port, config.server.max_message_bytes, config.logging.level)
     return 0
 

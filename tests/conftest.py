@@ -1,19 +1,25 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from kitt_stt.models.registry import REGISTRY, install_into
-from tests.helpers import RunningServer, run_server
+from tests.helpers import RunningServer, needs_torch, run_server
+
+#: A model cache kept between runs (``make test`` points it at .cache/test-models, so the suite
+#: on a second Python reuses what the first run fetched and converted); unset: one per run.
+MODEL_CACHE_ENV = "KITT_STT_TEST_MODEL_CACHE"
 
 
 @pytest.fixture(scope="session")
 def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A model cache with the tone model built once for the whole run."""
-    cache = tmp_path_factory.mktemp("models")
-    install_into(REGISTRY["tone"], cache / "tone")
+    shared = os.environ.get(MODEL_CACHE_ENV)
+    cache = Path(shared) if shared else tmp_path_factory.mktemp("models")
+    installed(cache, "tone")
     return cache
 
 
@@ -46,4 +52,6 @@ def turnsense_dir(model_cache: Path) -> Path:
 @pytest.fixture(scope="session")
 def whisper_dir(model_cache: Path) -> Path:
     """Two wheels from PyPI, checked and converted (see kitt_stt/models/whisper_release.py)."""
+    if not (model_cache / "whisper-base" / ".complete").is_file():
+        needs_torch()
     return installed(model_cache, "whisper-base")

@@ -29,7 +29,7 @@ from kitt_stt.models.whisper_export import convert_whisper
 from kitt_stt.models.whisper_release import download_ct2_whisper_base
 from kitt_stt.models.whisper_vocab import read_vocabulary, token_bytes
 from kitt_stt.turnsense.features import log_mel_spectrogram
-from tests.helpers import collect_until, of_type, run_server, send_pcm, silence
+from tests.helpers import collect_until, needs_torch, of_type, run_server, send_pcm, silence
 from utils.performance.text_distance import edit_distance
 
 ctranslate2 = pytest.importorskip("ctranslate2")
@@ -56,6 +56,7 @@ def ct2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def converted_dir(ct2_dir: Path) -> Path:
     """Our conversion with the float32 decoder kept beside the int8 one."""
+    needs_torch()
     out = ct2_dir / "onnx"
     convert_whisper(ct2_dir / "model.bin", ct2_dir / "vocabulary.txt", out, keep_fp32=True)
     return out

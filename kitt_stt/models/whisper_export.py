@@ -222,13 +222,13 @@ def convert_whisper(model_bin: Path, vocabulary: Path, out_dir: Path, prefix: st
     def say(message: str) -> None:  # progress of a ~15 s job, on stderr like pip's
         print(message, file=sys.stderr, flush=True)
 
-    torch = _torch()
-    out_dir.mkdir(parents=True, exist_ok=True)
     say(f"reading {model_bin.name} ({model_bin.stat().st_size / 1e6:.0f} MB)")
-    weights = read_ct2_model(model_bin)
+    weights = read_ct2_model(model_bin)  # a broken input is reported as such, with or without torch
     if weights.spec != "WhisperSpec":
         raise ValueError(f"{model_bin}: a {weights.spec} model, not Whisper")
     vocab = read_vocabulary(vocabulary)
+    torch = _torch()
+    out_dir.mkdir(parents=True, exist_ok=True)
     encoder, decoder, dims = _build_modules(weights)
     if dims["n_vocab"] != len(vocab.tokens):
         raise ValueError(f"vocabulary has {len(vocab.tokens)} tokens, the model {dims['n_vocab']}")

@@ -14,8 +14,8 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from enum import StrEnum
 
+from kitt_stt.str_enum import StrEnum
 from kitt_stt.turnsense.model import TurnPrediction
 
 log = logging.getLogger(__name__)
@@ -105,7 +105,7 @@ class TurnSensePolicy(EotPolicy):
             remaining_s = max(0.0, self.wait_ms - context.waited_ms()) / 1000.0
             try:
                 prediction = await asyncio.wait_for(asyncio.shield(context.prediction), remaining_s)
-            except TimeoutError:
+            except asyncio.TimeoutError:  # not the builtin on 3.10
                 log.debug("end-of-turn model did not answer within turn.wait_ms; committing on timeout")
             except asyncio.CancelledError:
                 raise

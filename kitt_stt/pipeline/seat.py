@@ -349,7 +349,8 @@ class SeatPipeline:
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         context = contextvars.copy_context()
         context.run(seat_context.set, self.seat)  # log records of this task name the seat
-        task = asyncio.create_task(coroutine, context=context)
+        # a task copies the context it is created in (create_task(context=) is 3.11+)
+        task: asyncio.Task[None] = context.run(asyncio.create_task, coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task

@@ -17,10 +17,10 @@ import time
 from bisect import bisect_right
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 from kitt_stt.pipeline.eot import CommitReason, Decision, EotPolicy, TurnContext
 from kitt_stt.protocol.frames import CommitFrame, ServerFrame
+from kitt_stt.str_enum import StrEnum
 from kitt_stt.turnsense.model import TurnPrediction
 
 log = logging.getLogger(__name__)

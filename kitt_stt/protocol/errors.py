@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
+from kitt_stt.str_enum import StrEnum
 
 
 class ErrorCode(StrEnum):

@@ -1,7 +1,9 @@
 """The FastAPI application: the WebSocket endpoint, ``/healthz`` and ``/readyz``.
 
 The model is validated before the app is built (so a broken model fails start-up with a clear
-message); warm-up runs in a thread after start-up, and ``/readyz`` answers 503 until it is done.
+message). Building the engine (minutes for a TensorRT engine on an Orin) and the warm-up run in
+a thread after start-up: ``/healthz`` answers from the start, so probes never kill a pod that is
+building, and ``/readyz`` answers 503 until both are done (``status: loading``, then ``ready``).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -17,6 +20,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kitt_stt.asr.engine import AsrEngine
+from kitt_stt.asr.factory import EnginePlan, PendingEngine
 from kitt_stt.config.schema import AppConfig
 from kitt_stt.observability.logbuffer import RecentLogBuffer
 from kitt_stt.observability.metrics import Metrics
@@ -32,7 +36,7 @@ from kitt_stt.turnsense.runner import TurnModelRunner
 log = logging.getLogger(__name__)
 
 
-def create_app(config: AppConfig, engine: AsrEngine, turn_model: TurnModelRunner | None = None,
+def create_app(config: AppConfig, engine: AsrEngine | EnginePlan, turn_model: TurnModelRunner | None = None,
                log_buffer: RecentLogBuffer | None = None, load_seconds: float = 0.0) -> FastAPI:
     metrics = Metrics()
     tracing = config.tracing
@@ -45,6 +49,9 @@ def create_app(config: AppConfig, engine: AsrEngine, turn_model: TurnModelRunner
         metrics.queue_wait.labels(kind).observe(queue_s)
         metrics.decode.labels(kind).observe(decode_s)
 
+    plan = engine if isinstance(engine, EnginePlan) else None
+    if isinstance(engine, EnginePlan):
+        engine = PendingEngine(engine.info)
     scheduler = InferenceScheduler(engine, workers=config.asr.workers, max_batch=config.asr.max_batch,
                                    tracer=tracer, observer=observe_decode, fifo=config.asr.naive,
                                    interim_budget_ms=config.asr.interim_queue_budget_ms or None)
@@ -64,7 +71,7 @@ def create_app(config: AppConfig, engine: AsrEngine, turn_model: TurnModelRunner
         scheduler.start()
         if writer is not None:
             writer.start()
-        warm = asyncio.create_task(_warm_up(state))
+        warm = asyncio.create_task(_load_and_warm_up(state, plan, load_seconds))
         try:
             yield
         finally:
@@ -83,23 +90,24 @@ def create_app(config: AppConfig, engine: AsrEngine, turn_model: TurnModelRunner
     @app.get("/healthz")
     async def healthz() -> JSONResponse:
         # liveness: a process whose decode workers died cannot recover; let the orchestrator restart it
-        failure = state.scheduler.failure
+        failure = state.scheduler.failure or state.load_error
         if failure is not None:
             return JSONResponse({"status": "failed", "error": failure}, status_code=503)
         return JSONResponse({"status": "alive"})
 
     @app.get("/readyz")
     async def readyz() -> JSONResponse:
-        failure = state.scheduler.failure
+        failure = state.scheduler.failure or state.load_error
         body = {
             "status": "ready" if state.serving else ("draining" if state.draining else
-                                                     "failed" if failure else "starting"),
-            "model": {"name": engine.info.name, "kind": engine.info.kind, "provider": engine.info.provider},
+                                                     "failed" if failure else "loading"),
+            "model": {"name": state.engine.info.name, "kind": state.engine.info.kind,
+                      "provider": state.engine.info.provider},
             "turn_model": None if turn_model is None else {"provider": turn_model.model.provider.value},
             "warm_up_ms": round(state.warm_up_ms, 1),
         }
-        if state.load_error or failure:
-            body["error"] = state.load_error or failure
+        if failure:
+            body["error"] = failure
         return JSONResponse(body, status_code=200 if state.serving else 503)
 
     @app.get("/metrics")
@@ -164,12 +172,21 @@ def create_app(config: AppConfig, engine: AsrEngine, turn_model: TurnModelRunner
     return app
 
 
-async def _warm_up(state: ServiceState) -> None:
+async def _load_and_warm_up(state: ServiceState, plan: EnginePlan | None, load_seconds: float) -> None:
+    stage = "engine build"
+    started = time.perf_counter()
     try:
+        if plan is not None:
+            engine = await asyncio.to_thread(plan.build)
+            state.engine = state.scheduler.engine = engine
+            built_s = time.perf_counter() - started
+            state.metrics.model_load.set(load_seconds + built_s)
+            log.info("engine %s built in %.1f s", engine.info.name, built_s)
+        stage = "warm-up"
         await asyncio.to_thread(state.warm_up)
     except Exception as exc:
-        state.load_error = f"warm-up failed: {exc}"
-        log.exception("engine warm-up failed; the service stays unready")
+        state.load_error = f"{stage} failed: {exc}"
+        log.exception("the ASR engine could not be made ready (%s); /healthz and /readyz report failed", stage)
         return
     state.ready = not state.draining
 

@@ -175,7 +175,7 @@ class Connection:
                 await asyncio.sleep(pause)
             try:
                 message = await asyncio.wait_for(self._ws.receive(), None if self._draining else idle_s)
-            except TimeoutError:
+            except asyncio.TimeoutError:  # not the builtin on 3.10
                 if self._draining:
                     continue  # the timer was armed before a drain began; the drain owns the session now
                 await self._idle_out(idle_s or 0.0)
@@ -257,7 +257,7 @@ class Connection:
         if self._sender is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(self._sender), timeout=5)
-            except TimeoutError:
+            except asyncio.TimeoutError:  # not the builtin on 3.10
                 self._sender.cancel()
         with contextlib.suppress(RuntimeError, OSError):
             await self._ws.close(code)
