@@ -1,0 +1,632 @@
+"""The Kubernetes manifests (deployment/base, deployment/overlays/*), checked without a cluster.
+
+Every overlay renders with `kubectl kustomize`; every rendered object validates strictly (unknown
+fields and wrong types fail) against the Kubernetes 1.30 and 1.37 OpenAPI schemas shipped in
+kubernetes-validate, except the two CRDs (ServiceMonitor, KEDA ScaledObject), which no package
+has a schema for and which are checked by hand here. Then the objects are checked against each
+other and against the configs they run: selectors and labels, ports, the Secret, volumes, the
+security context of every container, pinned images, probes, the grace period against preStop and
+server.shutdown_grace_s, the autoscaler, the model volume and fill Job, the Orin TensorRT init
+container. `validate` is also shown failing on deliberately broken objects.
+
+kubectl (with kustomize v5) is required: without it these tests fail, they do not skip.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import functools
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from kitt_stt.config.loader import ConfigError, load_config
+from kitt_stt.config.schema import AppConfig
+from kitt_stt.observability.metrics import Metrics
+
+REPO = Path(__file__).resolve().parents[1]
+OVERLAYS = {"rtx4090": "Deployment", "orin": "DaemonSet"}
+IMAGE_SUFFIX = {"rtx4090": "gpu", "orin": "orin"}
+#: The oldest Kubernetes the manifests are written for (k3s releases on JetPack lag behind), and
+#: the newest kubernetes-validate knows (no API the manifests use may have been removed there).
+K8S_VERSIONS = ("1.30", kubernetes_validate.latest_version())
+SERVICE_UID = 10001
+TRT_MOUNT = "/var/cache/kitt-stt/trt"
+#: What the service itself may take to shut down after the drain (server.shutdown_grace_s):
+#: cancelling the warm-up, stopping the decode workers, the end-of-turn model (~7 s).
+SHUTDOWN_MARGIN_S = 10
+#: Measured on Orin with the old service: a cold TensorRT build took 68 s.
+TRT_COLD_BUILD_S = 68
+
+Obj = dict[str, Any]
+
+
+class ManifestError(AssertionError):
+    """An object that a cluster would refuse (or that breaks our own rules)."""
+
+
+# ----- rendering -------------------------------------------------------------------------------
+
+
+def kubectl() -> str:
+    path = shutil.which("kubectl")
+    if path is None:
+        pytest.fail("kubectl is not on PATH: the deployment tests render the overlays with `kubectl kustomize` "
+                    "(kustomize v5); install kubectl (https://kubernetes.io/docs/tasks/tools/)", pytrace=False)
+    return path
+
+
+def kustomize(directory: Path) -> list[Obj]:
+    result = subprocess.run([kubectl(), "kustomize", str(directory)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, f"kubectl kustomize {directory} failed:\n{result.stderr}"
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+@functools.cache
+def _rendered(overlay: str) -> tuple[Obj, ...]:
+    return tuple(kustomize(REPO / "deployment" / "overlays" / overlay))
+
+
+def rendered(overlay: str) -> list[Obj]:
+    """The overlay's objects (a fresh copy: tests may mutate them)."""
+    return copy.deepcopy(list(_rendered(overlay)))
+
+
+def find(objects: list[Obj], kind: str, name: str | None = None) -> list[Obj]:
+    return [o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+
+
+def one(objects: list[Obj], kind: str, name: str | None = None) -> Obj:
+    found = find(objects, kind, name)
+    assert len(found) == 1, f"expected one {kind}{' ' + name if name else ''}, found {len(found)}"
+    return found[0]
+
+
+def workload(objects: list[Obj], overlay: str) -> Obj:
+    return one(objects, OVERLAYS[overlay], "kitt-stt")
+
+
+def pod_owners(objects: list[Obj]) -> list[Obj]:
+    return [o for o in objects if o["kind"] in ("Deployment", "DaemonSet", "StatefulSet", "Job")]
+
+
+def containers(pod_spec: Obj) -> list[Obj]:
+    return [*pod_spec.get("initContainers", []), *pod_spec["containers"]]
+
+
+def server_container(objects: list[Obj], overlay: str) -> Obj:
+    pod = workload(objects, overlay)["spec"]["template"]["spec"]
+    return next(c for c in pod["containers"] if c["name"] == "kitt-stt")
+
+
+def command_line(container: Obj) -> list[str]:
+    return [*container.get("command", []), *container.get("args", [])]
+
+
+def config_of(container: Obj) -> str | None:
+    """The `--config` file a container runs (an image path, /app/NAME)."""
+    line = command_line(container)
+    if "--config" in line:
+        return line[line.index("--config") + 1]
+    if line[:2] == ["/bin/sh", "-c"]:
+        match = re.search(r"config=(\S+)", line[2])
+        return match.group(1) if match else None
+    return None
+
+
+def literal_env(container: Obj) -> dict[str, str]:
+    """The container's KITT_STT* variables; those from a Secret get a stand-in value."""
+    env = {}
+    for item in container.get("env", []):
+        if item["name"].startswith("KITT_STT"):
+            env[item["name"]] = item.get("value", "token-from-the-secret")
+    return env
+
+
+def effective_config(container: Obj) -> AppConfig:
+    """What the container's kitt-stt would load: the repository copy of its config, its env."""
+    image_path = config_of(container)
+    assert image_path is not None, f"container {container['name']} names no --config"
+    assert image_path.startswith("/app/"), f"{image_path}: the images hold their configs in /app"
+    local = REPO / PurePosixPath(image_path).name
+    assert local.is_file(), f"{image_path}: no {local.name} in the repository (the image copies them from there)"
+    return load_config(local, env=literal_env(container)).config
+
+
+def mount_of(container: Obj, volume: str) -> Obj | None:
+    return next((m for m in container.get("volumeMounts", []) if m["name"] == volume), None)
+
+
+def under(path: Path | str, directory: str) -> bool:
+    return PurePosixPath(str(path)).is_relative_to(directory)
+
+
+def selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return bool(selector) and all(labels.get(key) == value for key, value in selector.items())
+
+
+# ----- validation ------------------------------------------------------------------------------
+
+
+def _require(condition: bool, obj: Obj, message: str) -> None:
+    if not condition:
+        raise ManifestError(f"{obj.get('kind')}/{obj.get('metadata', {}).get('name')}: {message}")
+
+
+def _is_str_map(value: Any) -> bool:
+    return isinstance(value, dict) and bool(value) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+
+
+SERVICE_MONITOR_SPEC = {"selector", "endpoints", "namespaceSelector", "jobLabel", "targetLabels",
+                        "podTargetLabels", "sampleLimit", "targetLimit", "attachMetadata"}
+SERVICE_MONITOR_ENDPOINT = {"port", "targetPort", "path", "scheme", "interval", "scrapeTimeout", "honorLabels",
+                            "honorTimestamps", "authorization", "tlsConfig", "relabelings", "metricRelabelings",
+                            "params", "followRedirects", "enableHttp2"}
+
+
+def check_service_monitor(obj: Obj) -> None:
+    """monitoring.coreos.com/v1 ServiceMonitor: the fields we use, with the CRD's types."""
+    spec = obj.get("spec")
+    _require(isinstance(spec, dict), obj, "spec missing")
+    _require(set(spec) <= SERVICE_MONITOR_SPEC, obj, f"unknown spec fields {sorted(set(spec) - SERVICE_MONITOR_SPEC)}")
+    _require(_is_str_map(spec.get("selector", {}).get("matchLabels")), obj,
+             "spec.selector.matchLabels must be a non-empty map of strings")
+    endpoints = spec.get("endpoints")
+    _require(isinstance(endpoints, list) and bool(endpoints), obj, "spec.endpoints must be a non-empty list")
+    for endpoint in endpoints:
+        _require(isinstance(endpoint, dict) and set(endpoint) <= SERVICE_MONITOR_ENDPOINT, obj,
+                 f"unknown endpoint fields {sorted(set(endpoint) - SERVICE_MONITOR_ENDPOINT)}")
+        _require(isinstance(endpoint.get("port"), str), obj, "an endpoint must name a Service port (port: <name>)")
+        _require(str(endpoint.get("path", "/metrics")).startswith("/"), obj, "endpoint path must start with /")
+        for duration in ("interval", "scrapeTimeout"):
+            if duration in endpoint:
+                _require(re.fullmatch(r"\d+(ms|s|m|h)", str(endpoint[duration])) is not None, obj,
+                         f"endpoint {duration} {endpoint[duration]!r} is not a Prometheus duration")
+
+
+SCALED_OBJECT_SPEC = {"scaleTargetRef", "minReplicaCount", "maxReplicaCount", "pollingInterval", "cooldownPeriod",
+                      "idleReplicaCount", "initialCooldownPeriod", "fallback", "advanced", "triggers"}
+
+
+def check_scaled_object(obj: Obj) -> None:
+    """keda.sh/v1alpha1 ScaledObject: the fields we use, with the CRD's types (trigger metadata is
+    a map of strings: a bare number there is refused by the API server)."""
+    spec = obj.get("spec")
+    _require(isinstance(spec, dict), obj, "spec missing")
+    _require(set(spec) <= SCALED_OBJECT_SPEC, obj, f"unknown spec fields {sorted(set(spec) - SCALED_OBJECT_SPEC)}")
+    target = spec.get("scaleTargetRef")
+    _require(isinstance(target, dict) and isinstance(target.get("name"), str), obj, "scaleTargetRef.name missing")
+    low, high = spec.get("minReplicaCount", 0), spec.get("maxReplicaCount", 100)
+    _require(isinstance(low, int) and isinstance(high, int) and 0 <= low <= high, obj,
+             "minReplicaCount <= maxReplicaCount, both integers")
+    triggers = spec.get("triggers")
+    _require(isinstance(triggers, list) and bool(triggers), obj, "spec.triggers must be a non-empty list")
+    for trigger in triggers:
+        _require(isinstance(trigger.get("type"), str), obj, "a trigger needs a type")
+        _require(_is_str_map(trigger.get("metadata")), obj, "trigger metadata must be a map of strings")
+        _require(trigger.get("metricType", "AverageValue") in ("AverageValue", "Value", "Utilization"), obj,
+                 f"unknown metricType {trigger.get('metricType')!r}")
+    behavior = spec.get("advanced", {}).get("horizontalPodAutoscalerConfig", {}).get("behavior")
+    if behavior is not None:
+        # the same type as an HPA's spec.behavior: let the Kubernetes schema judge it
+        hpa = {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": {"name": "x"},
+               "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "x"}, "maxReplicas": 1,
+                        "behavior": behavior}}
+        validate(hpa)
+
+
+CRD_CHECKS = {
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): check_service_monitor,
+    ("keda.sh/v1alpha1", "ScaledObject"): check_scaled_object,
+}
+
+
+def validate(obj: Obj) -> None:
+    """Raise ManifestError unless ``obj`` is valid: strict Kubernetes schema, or our CRD checks."""
+    check = CRD_CHECKS.get((obj.get("apiVersion"), obj.get("kind")))
+    if check is not None:
+        check(obj)
+        return
+    for version in K8S_VERSIONS:
+        try:
+            kubernetes_validate.validate(obj, version, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            where = ".".join(str(part) for part in exc.absolute_path)
+            raise ManifestError(f"{obj.get('kind')}/{obj.get('metadata', {}).get('name')} (Kubernetes {version}): "
+                                f"{where}: {exc.message}") from None
+        except kubernetes_validate.SchemaNotFoundError:
+            raise ManifestError(f"{obj.get('apiVersion')} {obj.get('kind')}: no Kubernetes {version} schema "
+                                "and no structural check here") from None
+
+
+# ----- tests -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_rendered_object_is_valid(overlay: str) -> None:
+    objects = rendered(overlay)
+    expected = {OVERLAYS[overlay], "Namespace", "Service", "PodDisruptionBudget", "Secret", "ServiceMonitor"}
+    if overlay == "rtx4090":
+        expected |= {"PersistentVolumeClaim", "Job", "ScaledObject"}
+    assert expected <= {o["kind"] for o in objects}
+    for obj in objects:
+        validate(obj)
+    namespace = one(objects, "Namespace")["metadata"]["name"]
+    assert all(o["metadata"].get("namespace") == namespace for o in objects if o["kind"] != "Namespace")
+
+
+def _deployment() -> Obj:
+    return workload(rendered("rtx4090"), "rtx4090")
+
+
+def _break(path: str, value: Any, obj: Obj) -> Obj:
+    node = obj
+    *parents, last = path.split(".")
+    for part in parents:
+        node = node[int(part)] if part.isdigit() else node[part]
+    node[last] = value
+    return obj
+
+
+BROKEN = {
+    "unknown field": lambda: _break("spec.template.spec.containers.0.imagePullPolcy", "Always", _deployment()),
+    "wrong type": lambda: _break("spec.replicas", "two", _deployment()),
+    "probe port as a list": lambda: _break("spec.template.spec.containers.0.livenessProbe.httpGet.port", [8000],
+                                           _deployment()),
+    "kind without schema": lambda: {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}},
+    "ServiceMonitor without endpoints": lambda: _break(
+        "spec.endpoints", [], one(rendered("rtx4090"), "ServiceMonitor")),
+    "ScaledObject with a numeric threshold": lambda: _break(
+        "spec.triggers.0.metadata.threshold", 64, one(rendered("rtx4090"), "ScaledObject")),
+    "ScaledObject with a bad HPA behavior": lambda: _break(
+        "spec.advanced.horizontalPodAutoscalerConfig.behavior.scaleDown.stabilizationWindowSeconds", "10m",
+        one(rendered("rtx4090"), "ScaledObject")),
+}
+
+
+@pytest.mark.parametrize("case", BROKEN)
+def test_validation_fails_on_broken_objects(case: str) -> None:
+    with pytest.raises(ManifestError):
+        validate(BROKEN[case]())
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_selectors_labels_and_ports_agree(overlay: str) -> None:
+    objects = rendered(overlay)
+    work = workload(objects, overlay)
+    selector = work["spec"]["selector"]["matchLabels"]
+    pod_labels = work["spec"]["template"]["metadata"]["labels"]
+    assert selects(selector, pod_labels), "the workload's selector does not match its own pods"
+
+    service = one(objects, "Service", "kitt-stt")
+    assert selects(service["spec"]["selector"], pod_labels), "the Service does not select the server pods"
+    assert service["spec"].get("sessionAffinity", "None") == "None"
+    for other in pod_owners(objects):
+        if other is not work:  # e.g. the model fill Job: clients must never be sent there
+            assert not selects(service["spec"]["selector"], other["spec"]["template"]["metadata"]["labels"])
+    pdb = one(objects, "PodDisruptionBudget")
+    assert selects(pdb["spec"]["selector"]["matchLabels"], pod_labels), "the PDB does not cover the server pods"
+
+    ports = {p["name"]: p for p in server_container(objects, overlay)["ports"]}
+    for port in service["spec"]["ports"]:
+        assert port["targetPort"] in ports, f"Service targetPort {port['targetPort']} is not a container port"
+    monitor = one(objects, "ServiceMonitor")
+    assert selects(monitor["spec"]["selector"]["matchLabels"], service["metadata"]["labels"]), \
+        "the ServiceMonitor does not select the Service (it matches Service labels, not pod labels)"
+    service_ports = {p["name"] for p in service["spec"]["ports"]}
+    assert {e["port"] for e in monitor["spec"]["endpoints"]} <= service_ports
+    assert [e.get("path") for e in monitor["spec"]["endpoints"]] == ["/metrics"]
+
+
+def _prestop_sleep_s(container: Obj) -> int:
+    command = container["lifecycle"]["preStop"]["exec"]["command"]
+    match = re.fullmatch(r"sleep (\d+)", command[-1] if command[:2] == ["/bin/sh", "-c"] else shlex.join(command))
+    assert match, f"preStop is not a plain sleep: {command}"
+    return int(match.group(1))
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_grace_period_covers_prestop_and_drain(overlay: str) -> None:
+    objects = rendered(overlay)
+    server = server_container(objects, overlay)
+    sleep_s = _prestop_sleep_s(server)
+    assert 5 <= sleep_s <= 15, "preStop should give the endpoints a few seconds to drop the pod, no more"
+    drain_s = effective_config(server).server.shutdown_grace_s
+    grace_s = workload(objects, overlay)["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert grace_s > sleep_s + drain_s + SHUTDOWN_MARGIN_S, (
+        f"terminationGracePeriodSeconds {grace_s} must exceed preStop {sleep_s} s + server.shutdown_grace_s "
+        f"{drain_s} s + {SHUTDOWN_MARGIN_S} s of shutdown, or the kubelet kills sessions mid-flush")
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_container_runs_a_valid_config_and_env(overlay: str) -> None:
+    """Configs exist in the repository and accept the KITT_STT__ variables the manifests set."""
+    for owner in pod_owners(rendered(overlay)):
+        for container in containers(owner["spec"]["template"]["spec"]):
+            if command_line(container)[:1] == ["kitt-stt"] or config_of(container):
+                effective_config(container)
+            else:
+                assert not literal_env(container), f"{container['name']}: KITT_STT variables but no kitt-stt"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_security_context_of_every_container(overlay: str) -> None:
+    for owner in pod_owners(rendered(overlay)):
+        pod = owner["spec"]["template"]["spec"]
+        pod_context = pod.get("securityContext", {})
+        assert pod_context.get("fsGroup") == SERVICE_UID, f"{owner['kind']}: fsGroup"
+        assert pod.get("automountServiceAccountToken") is False, f"{owner['kind']}: no API token needed"
+        assert pod.get("hostNetwork") is not True and pod.get("hostPID") is not True
+        for container in containers(pod):
+            effective = {**pod_context, **container.get("securityContext", {})}
+            where = f"{owner['kind']}/{container['name']}"
+            assert effective.get("runAsNonRoot") is True, where
+            assert effective.get("runAsUser") == SERVICE_UID and effective.get("runAsGroup") == SERVICE_UID, where
+            assert effective.get("readOnlyRootFilesystem") is True, where
+            assert effective.get("allowPrivilegeEscalation") is False, where
+            assert effective.get("privileged") is not True, where
+            assert effective.get("capabilities", {}).get("drop") == ["ALL"], where
+            assert not effective.get("capabilities", {}).get("add"), where
+            assert effective.get("seccompProfile", {}).get("type") == "RuntimeDefault", where
+
+
+def _project_version() -> str:
+    match = re.search(r'^version = "([^"]+)"$', (REPO / "pyproject.toml").read_text(), re.MULTILINE)
+    assert match, "pyproject.toml: no project version"
+    return match.group(1)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_images_are_pinned(overlay: str) -> None:
+    """Every image has a tag (never latest): the image built from this tree, for this target."""
+    for owner in pod_owners(rendered(overlay)):
+        for container in containers(owner["spec"]["template"]["spec"]):
+            image = container["image"]
+            name, _, tag = image.rpartition(":")
+            assert "@sha256:" in image or (name and "/" not in tag), f"{image}: no tag"
+            assert tag != "latest", f"{image}: :latest is not a version"
+            assert tag == f"{_project_version()}-{IMAGE_SUFFIX[overlay]}", (
+                f"{image}: expected the tag {_project_version()}-{IMAGE_SUFFIX[overlay]} (pyproject version)")
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_volumes_and_writable_paths(overlay: str) -> None:
+    objects = rendered(overlay)
+    claims = {o["metadata"]["name"] for o in find(objects, "PersistentVolumeClaim")}
+    for owner in pod_owners(objects):
+        pod = owner["spec"]["template"]["spec"]
+        volumes = {v["name"]: v for v in pod.get("volumes", [])}
+        mounted = set()
+        for container in containers(pod):
+            for mount in container.get("volumeMounts", []):
+                assert mount["name"] in volumes, f"{container['name']}: volumeMount {mount['name']} names no volume"
+                mounted.add(mount["name"])
+            if command_line(container)[:1] == ["kitt-stt"] or config_of(container):
+                tmp = mount_of(container, "tmp")
+                assert tmp and tmp["mountPath"] == "/tmp" and not tmp.get("readOnly"), \
+                    f"{container['name']}: kitt-stt needs a writable /tmp (the root filesystem is read-only)"
+        assert mounted == set(volumes), f"{owner['kind']}: volumes nobody mounts: {set(volumes) - mounted}"
+        for volume in volumes.values():
+            if "persistentVolumeClaim" in volume:
+                assert volume["persistentVolumeClaim"]["claimName"] in claims
+            if "hostPath" in volume:
+                assert overlay == "orin", "host paths only on the Orin devices"
+                assert volume["hostPath"]["type"] == "Directory", "a missing directory must fail, not appear root-owned"
+
+    server = server_container(objects, overlay)
+    config = effective_config(server)
+    models = mount_of(server, "models")
+    assert models and models.get("readOnly") is True, "the server only reads the model volume"
+    assert under(config.asr.model, models["mountPath"]), f"asr.model {config.asr.model} is not on the model volume"
+    trt = mount_of(server, "trt-cache")
+    assert trt and trt["mountPath"] == TRT_MOUNT and not trt.get("readOnly")
+    for path in (config.asr.tensorrt.engine_cache_path, config.asr.tensorrt.timing_cache_path):
+        assert path is None or under(path, TRT_MOUNT), f"{path}: TensorRT caches belong on the {TRT_MOUNT} volume"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_referenced_secret_keys_exist(overlay: str) -> None:
+    objects = rendered(overlay)
+    secrets = {s["metadata"]["name"]: {**s.get("data", {}), **s.get("stringData", {})}
+               for s in find(objects, "Secret")}
+    references = [item["valueFrom"]["secretKeyRef"]
+                  for owner in pod_owners(objects) for c in containers(owner["spec"]["template"]["spec"])
+                  for item in c.get("env", []) if "secretKeyRef" in item.get("valueFrom", {})]
+    assert references, "the auth token must come from a Secret"
+    for ref in references:
+        assert ref["name"] in secrets, f"no Secret {ref['name']}"
+        assert ref["key"] in secrets[ref["name"]], f"Secret {ref['name']} has no key {ref['key']}"
+    server_env = {e["name"]: e for e in server_container(objects, overlay)["env"]}
+    assert "secretKeyRef" in server_env["KITT_STT__SERVER__AUTH_TOKEN"]["valueFrom"]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_shipped_auth_token_is_empty_so_the_service_refuses_to_start(overlay: str) -> None:
+    """No usable token is published in the repository; an unedited deployment fails closed."""
+    objects = rendered(overlay)
+    ref = server_container(objects, overlay)["env"][0]["valueFrom"]["secretKeyRef"]
+    value = base64.b64decode(one(objects, "Secret", ref["name"])["data"][ref["key"]]).decode()
+    assert value == ""
+    with pytest.raises(ConfigError, match="empty auth token"):
+        load_config(REPO / "config-k8s.yaml", env={"KITT_STT__SERVER__AUTH_TOKEN": value})
+
+
+def test_a_site_overlay_replaces_the_token(tmp_path: Path) -> None:
+    """The way docs/deployment.md tells users to set the token renders, and rolls the pods."""
+    (tmp_path / "auth-token").write_text("s3cret-token")
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        # kustomize takes bases by relative path only
+        "resources": [os.path.relpath(REPO / "deployment" / "overlays" / "rtx4090", tmp_path)],
+        "secretGenerator": [{"name": "kitt-stt-auth", "namespace": "kitt-stt", "behavior": "replace",
+                             "files": ["auth-token"]}],
+    }))
+    objects = kustomize(tmp_path)
+    [secret] = find(objects, "Secret")
+    assert base64.b64decode(secret["data"]["auth-token"]).decode() == "s3cret-token"
+    ref = server_container(objects, "rtx4090")["env"][0]["valueFrom"]["secretKeyRef"]
+    assert ref["name"] == secret["metadata"]["name"] != one(rendered("rtx4090"), "Secret")["metadata"]["name"]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_probes_and_resources(overlay: str) -> None:
+    objects = rendered(overlay)
+    server = server_container(objects, overlay)
+    port_names = {p["name"] for p in server["ports"]}
+    probes = {kind: server[kind] for kind in ("startupProbe", "livenessProbe", "readinessProbe")}
+    assert probes["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert probes["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    # /healthz answers while the engine is built; "started" means the engine is ready
+    assert probes["startupProbe"]["httpGet"]["path"] == "/readyz"
+    assert all(p["httpGet"]["port"] in port_names for p in probes.values())
+    startup_s = probes["startupProbe"]["periodSeconds"] * probes["startupProbe"]["failureThreshold"]
+    assert startup_s >= (4 if overlay == "orin" else 2) * TRT_COLD_BUILD_S, f"startup allows only {startup_s} s"
+
+    for owner in pod_owners(objects):
+        for container in containers(owner["spec"]["template"]["spec"]):
+            resources = container.get("resources", {})
+            assert "memory" in resources.get("requests", {}) and "memory" in resources.get("limits", {}), \
+                f"{container['name']}: memory request and limit"
+    limits = server["resources"]["limits"]
+    if overlay == "rtx4090":
+        assert str(limits.get("nvidia.com/gpu")) == "1"
+    else:
+        # Orin: memory shared by CPU and GPU; the TensorRT builder workspace must leave room
+        assert effective_config(server).asr.tensorrt.max_workspace_mb <= 2048
+
+
+def _kitt_metrics() -> set[str]:
+    return {family.name for family in Metrics().registry.collect()}
+
+
+def test_rtx4090_autoscaling_on_seats_per_pod() -> None:
+    objects = rendered("rtx4090")
+    scaled = one(objects, "ScaledObject")
+    target = scaled["spec"]["scaleTargetRef"]
+    deployment = one(objects, target.get("kind", "Deployment"), target["name"])
+    assert target.get("apiVersion", "apps/v1") == deployment["apiVersion"]
+    assert "replicas" not in deployment["spec"], "the autoscaler owns the replica count; `apply` would reset it"
+    assert scaled["spec"]["minReplicaCount"] >= 2
+    assert scaled["spec"]["maxReplicaCount"] > scaled["spec"]["minReplicaCount"]
+    assert one(objects, "PodDisruptionBudget")["spec"]["maxUnavailable"] < scaled["spec"]["minReplicaCount"]
+
+    [trigger] = scaled["spec"]["triggers"]
+    assert trigger["type"] == "prometheus" and trigger["metricType"] == "AverageValue"
+    query = trigger["metadata"]["query"]
+    metric = re.match(r"sum\((\w+)\{", query)
+    assert metric and metric.group(1) == "kitt_seats" and "kitt_seats" in _kitt_metrics(), query
+    labels = dict(re.findall(r'(\w+)="([^"]*)"', query))
+    assert labels == {"namespace": deployment["metadata"]["namespace"],
+                      "service": one(objects, "Service")["metadata"]["name"]}, \
+        "the query must select this namespace's Service (the labels the ServiceMonitor gives its targets)"
+    assert float(trigger["metadata"]["threshold"]) > 0
+    behavior = scaled["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+    assert behavior["scaleDown"]["stabilizationWindowSeconds"] >= 300, "scale-in drains sessions: slowly"
+    assert all(p["type"] == "Pods" and p["value"] == 1 for p in behavior["scaleDown"]["policies"])
+
+
+def test_rtx4090_model_volume_and_fill_job() -> None:
+    objects = rendered("rtx4090")
+    claim = one(objects, "PersistentVolumeClaim", "kitt-stt-models")
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"], "written by the Job, read by pods on many nodes"
+    server = server_container(objects, "rtx4090")
+    model_dir = str(effective_config(server).asr.model)
+
+    job = one(objects, "Job")
+    [pull] = job["spec"]["template"]["spec"]["containers"]
+    assert command_line(pull)[:4] == ["kitt-stt", "models", "pull", "sensevoice"]
+    fill_mount = mount_of(pull, "models")
+    assert fill_mount and not fill_mount.get("readOnly")
+    job_volume = next(v for v in job["spec"]["template"]["spec"]["volumes"] if v["name"] == "models")
+    assert job_volume["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+    cache = literal_env(pull)["KITT_STT__MODELS__CACHE_DIR"]
+    assert cache == fill_mount["mountPath"]
+    # the Job installs <cache>/sensevoice; the server reads asr.model at the same place
+    assert model_dir == str(PurePosixPath(mount_of(server, "models")["mountPath"]) / "sensevoice")
+    assert effective_config(pull).models.cache_dir == Path(cache)
+
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    [wait] = pod["initContainers"]
+    assert f"{model_dir}/.complete" in command_line(wait)[-1], "the servers wait for the finished install"
+    [server_claim] = [v for v in pod["volumes"] if v["name"] == "models"]
+    assert server_claim["persistentVolumeClaim"] == {"claimName": claim["metadata"]["name"], "readOnly": True}
+
+
+def test_orin_daemonset_one_pod_per_device_with_a_prebuilt_engine() -> None:
+    objects = rendered("orin")
+    daemonset = one(objects, "DaemonSet")
+    assert daemonset["spec"]["updateStrategy"] == {
+        "type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}, \
+        "never two pods (two TensorRT builds) on one device"
+    pod = daemonset["spec"]["template"]["spec"]
+    assert pod["nodeSelector"]["kitt-stt/accelerator"] == "jetson-orin"
+    assert pod["nodeSelector"]["kubernetes.io/arch"] == "arm64"
+    assert pod["runtimeClassName"] == "nvidia"
+
+    server = server_container(objects, "orin")
+    config = effective_config(server)
+    assert config.asr.provider.value == "tensorrt"
+    ep_context = config.asr.tensorrt.ep_context_model
+    assert ep_context is not None and under(ep_context, TRT_MOUNT)
+
+    init = {c["name"]: c for c in pod["initContainers"]}
+    assert [c["name"] for c in pod["initContainers"]] == ["fetch-model", "trt-build"]
+    fetch = init["fetch-model"]
+    assert command_line(fetch)[:4] == ["kitt-stt", "models", "pull", "sensevoice"]
+    assert str(config.asr.model) == literal_env(fetch)["KITT_STT__MODELS__CACHE_DIR"] + "/sensevoice"
+    assert not mount_of(fetch, "models").get("readOnly")
+
+    build = init["trt-build"]
+    script = command_line(build)[-1]
+    assert f"ctx={ep_context}\n" in script and 'kitt-stt trt build --config "$config" --out "$ctx"' in script, \
+        "the init container must write the EP-context model where the server's config loads it"
+    assert effective_config(build).asr.tensorrt == config.asr.tensorrt, "build and serve with the same options"
+    trt = mount_of(build, "trt-cache")
+    assert trt and trt["mountPath"] == TRT_MOUNT and not trt.get("readOnly")
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["trt-cache"]["hostPath"]["path"] != volumes["models"]["hostPath"]["path"]
+
+
+def test_the_documented_ingress_is_valid_and_routes_only_the_websocket() -> None:
+    """docs/deployment.md's Ingress example: valid, and aimed at the Service's port and path."""
+    docs = (REPO / "docs" / "deployment.md").read_text()
+    blocks = [yaml.safe_load(block) for block in re.findall(r"```yaml\n(.*?)```", docs, re.DOTALL)]
+    [ingress] = [b for b in blocks if isinstance(b, dict) and b.get("kind") == "Ingress"]
+    validate(ingress)
+    objects = rendered("rtx4090")
+    service = one(objects, "Service")
+    assert ingress["metadata"]["namespace"] == service["metadata"]["namespace"]
+    annotations = ingress["metadata"]["annotations"]
+    for timeout in ("proxy-read-timeout", "proxy-send-timeout"):
+        assert int(annotations[f"nginx.ingress.kubernetes.io/{timeout}"]) > 60, "above the 60 s default"
+    ws_path = effective_config(server_container(objects, "rtx4090")).server.path
+    paths = [p for rule in ingress["spec"]["rules"] for p in rule["http"]["paths"]]
+    assert [(p["path"], p["pathType"]) for p in paths] == [(ws_path, "Exact")], "never expose /metrics, /debug"
+    backend = paths[0]["backend"]["service"]
+    assert backend["name"] == service["metadata"]["name"]
+    assert backend["port"]["name"] in {p["name"] for p in service["spec"]["ports"]}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_shell_scripts_parse(overlay: str) -> None:
+    """The /bin/sh -c scripts (preStop, waits, the TensorRT build) are valid POSIX shell."""
+    sh = shutil.which("dash") or shutil.which("sh")
+    assert sh is not None
+    for owner in pod_owners(rendered(overlay)):
+        for container in containers(owner["spec"]["template"]["spec"]):
+            for line in (command_line(container), container.get("lifecycle", {}).get("preStop", {})
+                         .get("exec", {}).get("command", [])):
+                if line[:2] == ["/bin/sh", "-c"]:
+                    result = subprocess.run([sh, "-n", "-c", line[2]], capture_output=True, text=True)
+                    assert result.returncode == 0, f"{container['name']}: {result.stderr}"
