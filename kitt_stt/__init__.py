@@ -4,7 +4,8 @@ Subpackages, by concern: ``config`` (schema and loader), ``protocol`` (wire fram
 (VAD, buffers, WAV), ``asr`` (engines, decoding, model checks), ``scheduler`` (inference queue),
 ``pipeline`` (per-seat segments, chunks and turns), ``turnsense`` (the end-of-turn model),
 ``server`` (FastAPI/uvicorn), ``client`` (Python client and ``transcribe``), ``models``
-(registry, downloads, generated models), ``observability`` (trace, metrics, debug logs).
+(registry, downloads, generated models), ``observability`` (trace, metrics, debug logs, log
+redaction), ``ops`` (host probes, the TensorRT engine cache, ``doctor``).
 Top-level modules: ``cli`` (the ``kitt-stt`` command), ``hotwords`` (hotword syntax), ``logs``.
 """
 

@@ -1,4 +1,4 @@
-"""The ``kitt-stt`` command: serve, config show, models build, transcribe."""
+"""The ``kitt-stt`` command: serve, config show, models, transcribe, trt build, doctor."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from kitt_stt.asr.providers import ProviderError
     from kitt_stt.asr.sense_voice_model import ModelError
     from kitt_stt.logs import configure_logging
+    from kitt_stt.ops.trt_cache import prepare_serve
     from kitt_stt.server.app import create_app
     from kitt_stt.server.runner import run
     from kitt_stt.turnsense.model import TurnModelError
@@ -38,8 +39,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     log_buffer = configure_logging(config)
     started = time.perf_counter()
     try:
+        config = prepare_serve(config)  # TensorRT: the keyed engine directory, its EP-context model if built
         plan = plan_engine(config)  # checks now; the engine itself is built once /healthz answers
-    except (ModelError, ProviderError, ValueError) as exc:
+    except (ModelError, ProviderError, ValueError, OSError) as exc:
         return _fail(f"cannot load the ASR model: {exc}")
     try:
         turn_model = build_turn_model(config)
@@ -208,27 +210,53 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
 
 
 def cmd_trt_build(args: argparse.Namespace) -> int:
-    from kitt_stt.asr.providers import ProviderError, build_ep_context
+    from kitt_stt.asr.providers import ProviderError, build_ep_context, check_available
     from kitt_stt.asr.sense_voice_model import ModelError, load_sense_voice_model
     from kitt_stt.config.schema import Provider
     from kitt_stt.models.registry import resolve_model
+    from kitt_stt.ops.trt_cache import build_keyed
 
     try:
         config = load_config(args.config).config
+        check_available(Provider.TENSORRT)  # fail fast on a host that cannot build, before any model work
         resolved = resolve_model(config.asr.model, config.models)
         if resolved.kind == "whisper":
             return _fail(f"asr.model={config.asr.model} is a Whisper model; TensorRT engines are built for SenseVoice "
                          "(Whisper runs on sherpa-onnx, CPU)")
         model = load_sense_voice_model(resolved.directory, prefer_int8=False)
         asr = config.asr.model_copy(update={"provider": Provider.TENSORRT})
-        output = Path(args.out) if args.out else model.directory / "model.trt_ctx.onnx"
-        print(f"building the TensorRT engine for {model.model_path} (this takes about a minute) ...", flush=True)
+        print(f"building the TensorRT engine for {model.model_path} (about a minute on an Orin) ...", flush=True)
         started = time.perf_counter()
-        build_ep_context(model.model_path, asr, output)
-    except (ConfigError, ModelError, ProviderError) as exc:
+        if args.out:  # an explicit place: the engine goes next to it, the server needs ep_context_model set
+            output = build_ep_context(model.model_path, asr, Path(args.out).absolute())
+            print(f"wrote {output} and its engine beside it in {time.perf_counter() - started:.0f} s; "
+                  f"set asr.tensorrt.ep_context_model: {output}")
+            return 0
+        result = build_keyed(model.model_path, asr, force=args.force)
+    except (ConfigError, ModelError, ProviderError, OSError) as exc:
         return _fail(str(exc))
-    print(f"wrote {output} in {time.perf_counter() - started:.0f} s; set asr.tensorrt.ep_context_model: {output}")
+    layout = result.layout
+    if result.reused:
+        print(f"already built for this model, GPU and TensorRT: {layout.ep_context_model} (--force rebuilds)")
+    else:
+        print(f"wrote {layout.ep_context_model}, its engine and {layout.manifest.name} in {result.seconds:.0f} s "
+              f"(timing cache: {layout.timing_dir})")
+    print("kitt-stt serve loads it from there while asr.tensorrt.ep_context_model is unset")
     return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from kitt_stt.ops.doctor import run_doctor
+    from kitt_stt.ops.report import render_json, render_table
+
+    try:
+        loaded = load_config(args.config)
+    except ConfigError as exc:
+        return _fail(str(exc))
+    label = " <- ".join(str(path) for path in reversed(loaded.files)) if loaded.files else "built-in defaults"
+    report = run_doctor(loaded.config, label, no_device=args.no_device)
+    print(render_json(report) if args.json else render_table(report), end="")
+    return report.exit_code
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -293,8 +321,17 @@ def build_parser() -> argparse.ArgumentParser:
     trt_commands = trt.add_subparsers(dest="trt_command", required=True)
     trt_build = trt_commands.add_parser("build", help="build the engine ahead of time and write an EP-context model")
     trt_build.add_argument("--config")
-    trt_build.add_argument("--out", help="EP-context model path (default: MODEL_DIR/model.trt_ctx.onnx)")
+    trt_build.add_argument("--out", help="write the EP-context model (and the engine beside it) here instead of "
+                                         "the keyed directory under asr.tensorrt.cache_dir")
+    trt_build.add_argument("--force", action="store_true", help="rebuild even if this key's EP-context model exists")
     trt_build.set_defaults(handler=cmd_trt_build)
+
+    doctor = commands.add_parser("doctor", help="what this host can run, checked against the configuration")
+    doctor.add_argument("--config")
+    doctor.add_argument("--no-device", action="store_true",
+                        help="image builds: check libraries, providers, models and caches, not that a GPU is attached")
+    doctor.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    doctor.set_defaults(handler=cmd_doctor)
 
     transcribe = commands.add_parser("transcribe", help="stream a WAV file and print the results")
     transcribe.add_argument("file")

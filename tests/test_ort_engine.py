@@ -101,9 +101,9 @@ def test_tensorrt_options_are_exactly_as_documented() -> None:
         "device_id": "0",
         "trt_fp16_enable": "1",
         "trt_engine_cache_enable": "1",
-        "trt_engine_cache_path": "trt-cache/engines",
+        "trt_engine_cache_path": "/var/cache/kitt-stt/trt/engines",
         "trt_timing_cache_enable": "1",
-        "trt_timing_cache_path": "trt-cache/timing",
+        "trt_timing_cache_path": "/var/cache/kitt-stt/trt/timing",
         "trt_max_workspace_size": str(4096 * 1024 * 1024),
         "trt_builder_optimization_level": "3",
         "trt_profile_min_shapes": "x:1x1x560,x_length:1,language:1,text_norm:1",
@@ -222,6 +222,10 @@ def test_ep_context_options_and_segment_profile_check(tmp_path: Path) -> None:
     options = ep_context_options(config, tmp_path / "ctx.onnx")
     assert options["trt_dump_ep_context_model"] == "1"
     assert options["trt_ep_context_file_path"] == str(tmp_path / "ctx.onnx")
+    assert options["trt_ep_context_embed_mode"] == "0"
+    # onnxruntime reads the engine path relative to the EP-context model's directory while dumping,
+    # and refuses to load an EP-context model whose engine path is absolute or leaves that directory
+    assert options["trt_engine_cache_path"] == "."
     assert options["trt_profile_max_shapes"].startswith("x:4x2000x560")
     check_profile_covers_segments(config, 120_000)  # 2000 frames exactly
     with pytest.raises(ProviderError, match="profile_max_frames"):
@@ -239,3 +243,160 @@ def test_trt_build_fails_clearly_without_tensorrt(tmp_path: Path, model_cache: P
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "TensorrtExecutionProvider" in result.stderr and "Traceback" not in result.stderr
+
+
+# ----- TensorRT engine cache: key, layout, trt build, serve lookup -------------------------------
+
+KEY_FACTS = {"gpu_name": "NVIDIA GeForce RTX 4090", "compute_capability": "8.9", "tensorrt_version": "10.14.1",
+             "onnxruntime_version": "1.26.0", "model_sha256": "ab" * 32}
+
+
+def test_engine_key_directory_is_stable_and_changes_with_every_fact() -> None:
+    from kitt_stt.ops.trt_key import EngineKey, engine_dir_name, timing_dir_name
+
+    options = {"trt_fp16_enable": "1", "trt_profile_max_shapes": "x:4x2000x560"}
+    name = engine_dir_name(EngineKey(**KEY_FACTS, build_options=options))
+    assert name == engine_dir_name(EngineKey(**KEY_FACTS, build_options=dict(reversed(options.items()))))
+    assert name.startswith("nvidia-geforce-rtx-4090-sm89_trt10.14.1_ort1.26.0_model-abababababab_k-")
+    changed = [{"model_sha256": "cd" * 32}, {"tensorrt_version": "10.14.2"}, {"onnxruntime_version": "1.26.1"},
+               {"gpu_name": "NVIDIA GeForce RTX 4080"}, {"compute_capability": "8.6"}]
+    names = {engine_dir_name(EngineKey(**{**KEY_FACTS, **change}, build_options=options)) for change in changed}
+    names.add(engine_dir_name(EngineKey(**KEY_FACTS, build_options={**options, "trt_fp16_enable": "0"})))
+    assert len(names) == len(changed) + 1 and name not in names
+    # same model prefix, different file: the whole-key hash still tells them apart
+    assert engine_dir_name(EngineKey(**{**KEY_FACTS, "model_sha256": "ab" * 31 + "cd"})) != \
+        engine_dir_name(EngineKey(**KEY_FACTS))
+    assert timing_dir_name("Orin (nvgpu)", "8.7", "10.3.0") == "orin-nvgpu-sm87_trt10.3.0"
+
+
+def test_build_options_are_the_engine_shaping_tensorrt_options() -> None:
+    from kitt_stt.ops.trt_key import build_options
+
+    options = build_options(tensorrt_options(AsrConfig(provider=Provider.TENSORRT, max_batch=4)))
+    assert options == {"trt_fp16_enable": "1", "trt_max_workspace_size": str(4096 << 20),
+                       "trt_builder_optimization_level": "3",
+                       "trt_profile_min_shapes": "x:1x1x560,x_length:1,language:1,text_norm:1",
+                       "trt_profile_opt_shapes": "x:1x100x560,x_length:1,language:1,text_norm:1",
+                       "trt_profile_max_shapes": "x:4x2000x560,x_length:4,language:4,text_norm:4"}
+
+
+def test_tensorrt_cache_paths_are_absolute_and_backward_compatible(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from kitt_stt.config.loader import load_config
+
+    default = AsrConfig().tensorrt
+    assert (default.engine_root(), default.timing_root()) == (Path("/var/cache/kitt-stt/trt/engines"),
+                                                              Path("/var/cache/kitt-stt/trt/timing"))
+    moved = AsrConfig(tensorrt={"cache_dir": str(tmp_path), "engine_cache_path": "old/engines",
+                                "timing_cache_path": "/abs/timing"}).tensorrt
+    assert (moved.engine_root(), moved.timing_root()) == (tmp_path / "old/engines", Path("/abs/timing"))
+    monkeypatch.chdir(tmp_path)
+    assert AsrConfig(tensorrt={"cache_dir": "rel"}).tensorrt.cache_dir == tmp_path / "rel"
+    # what the GPU images set (Dockerfile, Dockerfile.orin) keeps working
+    env = {"KITT_STT__ASR__TENSORRT__ENGINE_CACHE_PATH": "/var/cache/kitt-stt/trt/engines",
+           "KITT_STT__ASR__TENSORRT__TIMING_CACHE_PATH": "/var/cache/kitt-stt/trt/timing"}
+    trt = load_config(None, env=env).config.asr.tensorrt
+    assert trt.engine_root() == Path("/var/cache/kitt-stt/trt/engines")
+
+
+def fake_ep_context(path: Path, engine_name: str = "TRTKernel_graph_sm89.engine") -> Path:
+    """An EP-context model as onnxruntime dumps it with embed mode 0: one EPContext node that
+    references the engine file by a path relative to the model's directory."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("EPContext", ["x"], ["logits"], domain="com.microsoft", embed_mode=0,
+                            ep_cache_context=f"./{engine_name}", main_context=1)
+    graph = helper.make_graph([node], "ctx", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, None)])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(helper.make_model(graph), str(path))
+    return path.parent / engine_name
+
+
+def trt_host():
+    from kitt_stt.ops.trt_cache import TrtHost
+
+    return TrtHost("NVIDIA GeForce RTX 4090", "8.9", "10.14.1", "1.26.0")
+
+
+def test_keyed_config_points_every_path_into_the_keyed_directory(tmp_path: Path) -> None:
+    from kitt_stt.ops.trt_cache import keyed_asr, layout_for_model
+
+    asr = AsrConfig(provider=Provider.TENSORRT, tensorrt={"cache_dir": str(tmp_path)})
+    layout = layout_for_model(asr, Path("model.onnx"), trt_host(), model_sha256="ab" * 32)
+    assert layout.engine_dir.parent == tmp_path / "engines" and layout.timing_dir.parent == tmp_path / "timing"
+    keyed = keyed_asr(asr, layout)
+    options = tensorrt_options(keyed)
+    assert options["trt_engine_cache_path"] == str(layout.engine_dir)
+    assert options["trt_timing_cache_path"] == str(layout.timing_dir)
+    assert keyed.tensorrt.ep_context_model is None  # nothing built yet: build from the ONNX model
+    engine = fake_ep_context(layout.ep_context_model)
+    assert keyed_asr(asr, layout).tensorrt.ep_context_model is None  # its engine is missing: unusable
+    engine.write_bytes(b"engine")
+    assert keyed_asr(asr, layout).tensorrt.ep_context_model == layout.ep_context_model
+    explicit = asr.model_copy(update={"tensorrt": asr.tensorrt.model_copy(update={"ep_context_model": Path("/x")})})
+    assert keyed_asr(explicit, layout).tensorrt.ep_context_model == Path("/x")  # an explicit path wins
+
+
+def test_trt_build_writes_engine_ep_context_and_manifest_into_the_keyed_directory(
+        tmp_path: Path, tone_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The orchestration around onnxruntime (which needs a GPU): options, staging, rename, manifest,
+    idempotence, stale engines cleared."""
+    import json
+
+    from kitt_stt.asr.providers import ep_context_options
+    from kitt_stt.models.checksums import sha256_file
+    from kitt_stt.ops import trt_cache
+
+    calls = []
+
+    def fake_build(model_path: Path, config: AsrConfig, output: Path) -> Path:
+        calls.append((model_path, config, output, ep_context_options(config, output)))
+        assert output.parent == config.tensorrt.engine_root()  # the engine lands beside the EP-context model
+        fake_ep_context(output).write_bytes(b"engine")
+        return output
+
+    monkeypatch.setattr(trt_cache, "check_available", lambda provider: None)
+    monkeypatch.setattr(trt_cache, "build_ep_context", fake_build)
+    model = tone_dir / "model.onnx"
+    asr = AsrConfig(provider=Provider.TENSORRT, tensorrt={"cache_dir": str(tmp_path)})
+    result = trt_cache.build_keyed(model, asr, host=trt_host())
+    layout = result.layout
+    assert not result.reused and len(calls) == 1
+    assert layout.ep_context_model.is_file() and not (layout.engine_dir / trt_cache.PARTIAL_NAME).exists()
+    assert calls[0][2] == layout.engine_dir / trt_cache.PARTIAL_NAME
+    options = calls[0][3]
+    assert options["trt_ep_context_file_path"] == str(layout.engine_dir / trt_cache.PARTIAL_NAME)
+    assert options["trt_engine_cache_path"] == "." and options["trt_timing_cache_path"] == str(layout.timing_dir)
+    manifest = json.loads(layout.manifest.read_text())
+    assert manifest["key"]["model_sha256"] == sha256_file(model)
+    assert manifest["key"]["tensorrt_version"] == "10.14.1" and manifest["directory"] == layout.engine_dir.name
+    assert manifest["ep_context_model"] == "model.trt_ctx.onnx"
+    assert trt_cache.build_keyed(model, asr, host=trt_host()).reused and len(calls) == 1  # init container rerun
+    stale = layout.engine_dir / "old_sm89.engine"
+    stale.write_bytes(b"stale")
+    assert not trt_cache.build_keyed(model, asr, force=True, host=trt_host()).reused and len(calls) == 2
+    assert not stale.exists()
+
+
+def test_serve_loads_the_ep_context_model_from_the_keyed_directory(
+        tmp_path: Path, model_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kitt_stt.config.schema import AppConfig
+    from kitt_stt.ops import trt_cache
+
+    monkeypatch.setattr(trt_cache.ort, "get_available_providers",
+                        lambda: ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"])
+    monkeypatch.setattr(trt_cache, "probe_trt_host", lambda device_id: trt_host())
+    config = AppConfig(models={"cache_dir": str(model_cache)},
+                       asr={"model": "tone", "provider": "tensorrt", "tensorrt": {"cache_dir": str(tmp_path)}})
+    first = trt_cache.prepare_serve(config).asr.tensorrt
+    engine_dir = first.engine_root()
+    assert engine_dir.parent == tmp_path / "engines" and first.ep_context_model is None
+    assert (engine_dir / "key.json").is_file()  # written when the server builds, so the directory says what it is
+    fake_ep_context(engine_dir / "model.trt_ctx.onnx").write_bytes(b"engine")
+    assert trt_cache.prepare_serve(config).asr.tensorrt.ep_context_model == engine_dir / "model.trt_ctx.onnx"
+    other_model = config.model_copy(update={"asr": config.asr.model_copy(update={"model": str(tmp_path / "m")})})
+    build_random_model(tmp_path / "m", 1)
+    assert trt_cache.prepare_serve(other_model).asr.tensorrt.engine_root() != engine_dir  # a new model: a new key
+    assert trt_cache.prepare_serve(AppConfig()) == AppConfig()  # CPU: untouched

@@ -44,15 +44,19 @@ def cuda_options(config: AsrConfig) -> dict[str, str]:
 
 
 def tensorrt_options(config: AsrConfig) -> dict[str, str]:
-    """TensorRT EP options; the profile covers batch 1..``max_batch`` and T min/opt/max frames."""
+    """TensorRT EP options; the profile covers batch 1..``max_batch`` and T min/opt/max frames.
+
+    The cache paths are absolute: ``kitt-stt serve`` and ``kitt-stt trt build`` first point them at
+    the keyed engine directory (``kitt_stt.ops.trt_cache``); unkeyed, they are the cache roots.
+    """
     trt = config.tensorrt
     return {
         "device_id": str(config.cuda.device_id),
         "trt_fp16_enable": "1" if trt.fp16 else "0",
         "trt_engine_cache_enable": "1",
-        "trt_engine_cache_path": str(trt.engine_cache_path),
+        "trt_engine_cache_path": str(trt.engine_root()),
         "trt_timing_cache_enable": "1",
-        "trt_timing_cache_path": str(trt.timing_cache_path),
+        "trt_timing_cache_path": str(trt.timing_root()),
         "trt_max_workspace_size": str(trt.max_workspace_mb * 1024 * 1024),
         "trt_builder_optimization_level": str(trt.builder_optimization_level),
         "trt_profile_min_shapes": _shapes(1, trt.profile_min_frames),
@@ -95,11 +99,17 @@ def check_active(session: ort.InferenceSession, provider: Provider) -> None:
 
 def ep_context_options(config: AsrConfig, output: Path) -> dict[str, str]:
     """TensorRT options that also dump an EP-context model: an ONNX file that references the
-    built engine, so a pod can load it (seconds) instead of building (a minute on Orin)."""
+    built engine, so a pod can load it (seconds) instead of building (a minute on Orin).
+
+    While dumping, onnxruntime reads ``trt_engine_cache_path`` relative to the EP-context model's
+    directory, and when loading it refuses an engine reference that is absolute or contains
+    ``..``; so the engine is written next to ``output`` (``.``), and the pair can be moved together.
+    """
     return {
         **tensorrt_options(config),
+        "trt_engine_cache_path": ".",
         "trt_dump_ep_context_model": "1",
-        "trt_ep_context_file_path": str(output),
+        "trt_ep_context_file_path": str(output.absolute()),
         "trt_ep_context_embed_mode": "0",
     }
 
@@ -117,11 +127,15 @@ def check_profile_covers_segments(config: AsrConfig, max_segment_ms: int) -> Non
 
 
 def build_ep_context(model_path: Path, config: AsrConfig, output: Path) -> Path:
-    """Build the TensorRT engine for ``model_path`` ahead of time and write its EP-context model."""
+    """Build the TensorRT engine for ``model_path`` and write it and its EP-context model ``output``
+    into ``output``'s directory (the timing cache goes to ``config``'s timing path).
+
+    ``kitt-stt trt build`` calls this through ``kitt_stt.ops.trt_cache.build_keyed``, which picks
+    the keyed directory, clears stale engines first and renames ``output`` into place when done.
+    """
     check_available(Provider.TENSORRT)
     output.parent.mkdir(parents=True, exist_ok=True)
-    config.tensorrt.engine_cache_path.mkdir(parents=True, exist_ok=True)
-    config.tensorrt.timing_cache_path.mkdir(parents=True, exist_ok=True)
+    config.tensorrt.timing_root().mkdir(parents=True, exist_ok=True)
     chain = [("TensorrtExecutionProvider", ep_context_options(config, output)),
              ("CUDAExecutionProvider", cuda_options(config))]
     session = ort.InferenceSession(str(model_path), providers=chain)
