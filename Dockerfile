@@ -66,9 +66,7 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # does nothing for other processes (kitt-stt doctor, kitt-stt trt build, ldd below), while
 # LD_LIBRARY_PATH serves every process, needs no code and can be checked at build time.
 ARG SITE=/opt/venv/lib/python3.11/site-packages
-ENV LD_LIBRARY_PATH=${SITE}/tensorrt_libs:${SITE}/nvidia/cudnn/lib:${SITE}/nvidia/cublas/lib:${SITE}/nvidia/cuda_runtime/lib:${SITE}/nvidia/cuda_nvrtc/lib:${SITE}/nvidia/cufft/lib:${SITE}/nvidia/curand/lib:${SITE}/nvidia/nvjitlink/lib \
-    KITT_STT__ASR__TENSORRT__ENGINE_CACHE_PATH=/var/cache/kitt-stt/trt/engines \
-    KITT_STT__ASR__TENSORRT__TIMING_CACHE_PATH=/var/cache/kitt-stt/trt/timing
+ENV LD_LIBRARY_PATH=${SITE}/tensorrt_libs:${SITE}/nvidia/cudnn/lib:${SITE}/nvidia/cublas/lib:${SITE}/nvidia/cuda_runtime/lib:${SITE}/nvidia/cuda_nvrtc/lib:${SITE}/nvidia/cufft/lib:${SITE}/nvidia/curand/lib:${SITE}/nvidia/nvjitlink/lib
 # kitt-stt without its CPU onnxruntime requirement (onnxruntime and onnxruntime-gpu install the same
 # `onnxruntime` module; the CPU one must never be installed here), onnxruntime-gpu with NVIDIA's
 # CUDA 12 / cuDNN 9 wheels from PyPI, then TensorRT's libraries from NVIDIA's index (PyPI has only a

@@ -320,9 +320,9 @@ def test_images_carry_the_models_and_a_smoke_test(dockerfile: Path) -> None:
         assert "kitt-stt doctor" in smoke and "kitt-stt models verify turnsense" in smoke
         if stage.name in ("gpu", "orin"):  # no GPU at build time: everything but the device
             assert "kitt-stt doctor --no-device --config" in smoke
-        if stage.name in ("gpu", "orin"):
-            for key in ("KITT_STT__ASR__TENSORRT__ENGINE_CACHE_PATH", "KITT_STT__ASR__TENSORRT__TIMING_CACHE_PATH"):
-                assert env.get(key, "").startswith(f"{TRT_CACHE}/"), key
+        # the TensorRT caches come from asr.tensorrt.cache_dir (default TRT_CACHE, which the image
+        # owns); an environment override would beat a cache_dir a user sets in the config file
+        assert not any(key.startswith("KITT_STT__ASR__TENSORRT__") for key in env)
     assert "models prepare" in " ".join(stages[[s.name for s in stages].index("models")].all("RUN"))
 
 

@@ -12,9 +12,9 @@ from kitt_stt.asr.engine import AsrRequest, DecodeOptions
 from kitt_stt.asr.features import FeatureStream, log_mel
 from kitt_stt.asr.ort_sense_voice import OrtSenseVoiceEngine
 from kitt_stt.asr.providers import ProviderError, provider_chain, tensorrt_options
-from kitt_stt.asr.sense_voice_model import load_sense_voice_model
+from kitt_stt.asr.sense_voice_model import ModelError, load_sense_voice_model
 from kitt_stt.asr.sherpa_sense_voice import SherpaSenseVoiceEngine
-from kitt_stt.config.schema import AsrConfig, Provider
+from kitt_stt.config.schema import AppConfig, AsrConfig, Provider
 from kitt_stt.hotwords import Hotword, parse_hotwords
 from kitt_stt.models.tone_synth import TONE_PITCHES, ToneStyle, buzz, synthesize
 from tests.random_sense_voice import build_random_model
@@ -400,3 +400,13 @@ def test_serve_loads_the_ep_context_model_from_the_keyed_directory(
     build_random_model(tmp_path / "m", 1)
     assert trt_cache.prepare_serve(other_model).asr.tensorrt.engine_root() != engine_dir  # a new model: a new key
     assert trt_cache.prepare_serve(AppConfig()) == AppConfig()  # CPU: untouched
+
+
+def test_a_configured_ep_context_model_that_is_missing_fails_start_up(tone_dir, tmp_path, monkeypatch) -> None:
+    from kitt_stt.asr import factory
+
+    config = AppConfig.model_validate({"asr": {"model": str(tone_dir), "provider": "tensorrt",
+                                               "tensorrt": {"ep_context_model": str(tmp_path / "gone.onnx")}}})
+    monkeypatch.setattr(factory, "check_available", lambda provider: None)  # as on a host with TensorRT
+    with pytest.raises(ModelError, match="does not exist: run `kitt-stt trt build`"):
+        factory.plan_engine(config)

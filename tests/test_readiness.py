@@ -59,7 +59,8 @@ async def test_healthz_answers_while_the_engine_builds_and_readyz_after() -> Non
                 break
             await asyncio.sleep(0.05)
         assert (await client.get("/readyz")).json()["status"] == "ready"
-        assert app.state.service.scheduler.engine is not None and app.state.service.engine.info.name == "fake"
+        state = app.state.service
+        assert isinstance(state.engine, SilentEngine) and state.scheduler.engine is state.engine
 
 
 async def test_a_failed_engine_build_makes_the_pod_unhealthy() -> None:

@@ -77,6 +77,10 @@ def plan_engine(config: AppConfig) -> EnginePlan:
             check_profile_covers_segments(asr, config.vad.max_segment_ms)
             if asr.provider is not Provider.CPU:
                 check_available(asr.provider)
+            context = asr.tensorrt.ep_context_model
+            if asr.provider is Provider.TENSORRT and context is not None and not context.is_file():
+                raise ModelError(f"asr.tensorrt.ep_context_model {context} does not exist: run `kitt-stt trt build` "
+                                 "first, or leave it unset to use (or build) the keyed engine cache")
             info = EngineInfo(model.name, resolved.kind, asr.provider.value, LANGUAGES, hotwords=True)
             construct = partial(OrtSenseVoiceEngine, model, kind=resolved.kind, config=asr)
         else:

@@ -9,11 +9,14 @@ building, and ``/readyz`` answers 503 until both are done (``status: loading``, 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import logging
+import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 
 from fastapi import FastAPI, Request, WebSocket
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
@@ -172,12 +175,43 @@ def create_app(config: AppConfig, engine: AsrEngine | EnginePlan, turn_model: Tu
     return app
 
 
+async def _in_daemon_thread(build: Callable[[], AsrEngine]) -> AsrEngine:
+    """Run ``build`` on a daemon thread: a TensorRT build cannot be interrupted, and on the default
+    executor the interpreter's exit would wait for it, past the pod's grace period, when SIGTERM
+    arrives mid-build (the pod is unready then: no session is lost by not waiting)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[AsrEngine] = loop.create_future()
+
+    def run() -> None:
+        try:
+            engine = build()
+        except BaseException as exc:
+            settle: Callable[[], None] = partial(_settle_failed, done, exc)
+        else:
+            settle = partial(_settle_built, done, engine)
+        with contextlib.suppress(RuntimeError):  # the loop closed first: the process is exiting
+            loop.call_soon_threadsafe(settle)
+
+    threading.Thread(target=run, name="engine-build", daemon=True).start()
+    return await done
+
+
+def _settle_built(future: asyncio.Future[AsrEngine], engine: AsrEngine) -> None:
+    if not future.done():
+        future.set_result(engine)
+
+
+def _settle_failed(future: asyncio.Future[AsrEngine], error: BaseException) -> None:
+    if not future.done():
+        future.set_exception(error)
+
+
 async def _load_and_warm_up(state: ServiceState, plan: EnginePlan | None, load_seconds: float) -> None:
     stage = "engine build"
     started = time.perf_counter()
     try:
         if plan is not None:
-            engine = await asyncio.to_thread(plan.build)
+            engine = await _in_daemon_thread(plan.build)
             state.engine = state.scheduler.engine = engine
             built_s = time.perf_counter() - started
             state.metrics.model_load.set(load_seconds + built_s)
