@@ -66,7 +66,7 @@ from kitt_stt.client.session import connect, decode  # noqa: E402
 from kitt_stt.models.tone_synth import ToneStyle, synthesize  # noqa: E402
 from tests.helpers import deep_merge, run_server  # noqa: E402
 from utils.performance.latency_report import trim_silence  # noqa: E402
-from utils.performance.memory_probe import MemoryProbe  # noqa: E402
+from utils.performance.memory_probe import MemoryProbe, PhasedSampler  # noqa: E402
 from utils.performance.workload import nearest_rank  # noqa: E402
 
 FRAME_MS = 20
@@ -506,28 +506,14 @@ def queue_depth(series: dict[str, float]) -> tuple[float, list[str]] | None:
     return sum(series[name] for name in names), names
 
 
-class MetricsPoller:
+class MetricsPoller(PhasedSampler):
     """Scrape /metrics every 500 ms in a thread, labelled with the bench's current phase."""
 
     def __init__(self, http: str, interval_s: float = METRICS_INTERVAL_S) -> None:
+        super().__init__("metrics-poller", interval_s)
         self._url = f"{http}/metrics"
-        self._interval = interval_s
-        self._phase = "start"
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="metrics-poller", daemon=True)
         self.samples: list[tuple[str, dict[str, float]]] = []
         self.failures = 0
-
-    def start(self) -> MetricsPoller:
-        self._thread.start()
-        return self
-
-    def mark(self, phase: str) -> None:
-        self._phase = phase
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
 
     def _run(self) -> None:
         with httpx.Client(timeout=2.0) as client:

@@ -21,6 +21,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TypeVar
 
 INTERVAL_S = 0.2
 
@@ -65,18 +66,20 @@ def read_sample(pid: int, phase: str) -> Sample:
     return Sample(time.monotonic(), phase, status.get("VmRSS"), rollup.get("Pss"), uss)
 
 
-class MemoryProbe:
-    def __init__(self, pid: int, interval_s: float = INTERVAL_S) -> None:
-        self.pid = pid
-        self.samples: list[Sample] = []
+_Sampler = TypeVar("_Sampler", bound="PhasedSampler")
+
+
+class PhasedSampler:
+    """A daemon thread that samples something every ``interval_s``, each sample labelled with the
+    phase the tool marked last; subclasses say what one sample is in ``_run``."""
+
+    def __init__(self, name: str, interval_s: float) -> None:
         self._interval = interval_s
         self._phase = "start"
-        self._start_time = start_time(pid)
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="memory-probe", daemon=True)
-        self.reused = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
-    def start(self) -> MemoryProbe:
+    def start(self: _Sampler) -> _Sampler:
         self._thread.start()
         return self
 
@@ -86,6 +89,18 @@ class MemoryProbe:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+
+class MemoryProbe(PhasedSampler):
+    def __init__(self, pid: int, interval_s: float = INTERVAL_S) -> None:
+        super().__init__("memory-probe", interval_s)
+        self.pid = pid
+        self.samples: list[Sample] = []
+        self._start_time = start_time(pid)
+        self.reused = False
 
     def _run(self) -> None:
         while not self._stop.is_set():
