@@ -33,23 +33,15 @@ class Admission:
         self._starts: dict[str, SegmentStartLimiter] = {}
 
     def optional_decode(self) -> bool:
-        """Whether work nobody strictly needs (an interim) may be queued now."""
-        return (self._scheduler.outstanding(self._owner) < self._server.max_pending_decodes
-                and self._scheduler.queue_depth < self._max_queue)
+        """Whether work nobody strictly needs (an interim, a chunk at a pause) may be queued now."""
+        return self._at_cap() is None
 
     def open_segment(self, seat: str) -> ProtocolError | None:
         """None when ``seat`` may open a segment now (one start is spent), else the refusal."""
-        outstanding = self._scheduler.outstanding(self._owner)
-        if outstanding >= self._server.max_pending_decodes:
-            return ProtocolError(ErrorCode.OVERLOADED,
-                                 f"this connection has {outstanding} decodes outstanding (limit "
-                                 f"{self._server.max_pending_decodes}); segment not opened, its audio is not "
-                                 "transcribed", seat)
-        depth = self._scheduler.queue_depth
-        if depth >= self._max_queue:
-            return ProtocolError(ErrorCode.OVERLOADED,
-                                 f"the server's decode queue is full ({depth}); segment not opened, its audio is "
-                                 "not transcribed", seat)
+        cap = self._at_cap()
+        if cap is not None:
+            return ProtocolError(ErrorCode.OVERLOADED, f"{cap}; segment not opened, its audio is not transcribed",
+                                 seat)
         limiter = self._starts.get(seat)
         if limiter is None:
             limiter = self._starts[seat] = SegmentStartLimiter(self._server.segment_starts)
@@ -58,4 +50,14 @@ class Admission:
             return ProtocolError(ErrorCode.RATE_LIMITED,
                                  f"segments are opening faster than {budget.per_s:g}/s (burst {budget.burst}); "
                                  "segment not opened, its audio is not transcribed", seat)
+        return None
+
+    def _at_cap(self) -> str | None:
+        """Which decode cap is reached (the connection's or the server's), if any."""
+        outstanding = self._scheduler.outstanding(self._owner)
+        if outstanding >= self._server.max_pending_decodes:
+            return f"this connection has {outstanding} decodes outstanding (limit {self._server.max_pending_decodes})"
+        depth = self._scheduler.queue_depth
+        if depth >= self._max_queue:
+            return f"the server's decode queue is full ({depth})"
         return None

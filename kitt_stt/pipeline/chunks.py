@@ -38,13 +38,17 @@ class ChunkTracker:
     features: FeatureStream | None = None  # the open chunk's incremental front end
     _pause_run: int = 0
 
+    def reached_max(self, buffered_samples: int) -> bool:
+        """The open chunk is ``asr.max_chunk_ms`` long: it must be cut, whatever else wants."""
+        return buffered_samples - self.open_start >= self.max_chunk_samples
+
     def boundary_after(self, voiced: bool, buffered_samples: int) -> int | None:
         """Call after appending a frame; returns a cut position when the open chunk should close."""
         if not self.pause_frames:
             return None
         if not voiced:
             self._pause_run += 1
-            if buffered_samples - self.open_start >= self.max_chunk_samples:
+            if self.reached_max(buffered_samples):
                 return buffered_samples  # long speech without a real pause: cut in this quiet frame
             return None
         run, self._pause_run = self._pause_run, 0

@@ -209,10 +209,8 @@ class SeatPipeline:
         """A chunk at a pause is an optimisation: at a decode cap it is skipped (the final decodes
         the longer tail). One that reached ``asr.max_chunk_ms`` is always cut, so no decode is ever
         asked to read more than two chunks' worth (Whisper reads at most 30 s)."""
-        chunks = segment.chunks
-        if segment.buffer.samples - chunks.open_start >= chunks.max_chunk_samples:
-            return True
-        return self._admission is None or self._admission.optional_decode()
+        return (segment.chunks.reached_max(segment.buffer.samples) or self._admission is None
+                or self._admission.optional_decode())
 
     def _on_end(self, event: SpeechEnded) -> None:
         segment, turn = self._segment, self._segment_turn

@@ -93,14 +93,14 @@ def create_app(config: AppConfig, engine: AsrEngine | EnginePlan, turn_model: Tu
     @app.get("/healthz")
     async def healthz() -> JSONResponse:
         # liveness: a process whose decode workers died cannot recover; let the orchestrator restart it
-        failure = state.scheduler.failure or state.load_error
+        failure = state.failure
         if failure is not None:
             return JSONResponse({"status": "failed", "error": failure}, status_code=503)
         return JSONResponse({"status": "alive"})
 
     @app.get("/readyz")
     async def readyz() -> JSONResponse:
-        failure = state.scheduler.failure or state.load_error
+        failure = state.failure
         body = {
             "status": "ready" if state.serving else ("draining" if state.draining else
                                                      "failed" if failure else "loading"),

@@ -42,6 +42,12 @@ class ServiceState:
     _drain: asyncio.Task[None] | None = None
 
     @property
+    def failure(self) -> str | None:
+        """Why this process cannot serve and should be restarted: a dead decode worker or a failed
+        engine build."""
+        return self.scheduler.failure or self.load_error
+
+    @property
     def serving(self) -> bool:
         """Ready, and no inference worker has died (a dead worker means decodes would hang)."""
         return self.ready and self.scheduler.failure is None
