@@ -430,8 +430,8 @@ def test_volumes_and_writable_paths(overlay: str) -> None:
     assert under(config.asr.model, models["mountPath"]), f"asr.model {config.asr.model} is not on the model volume"
     trt = mount_of(server, "trt-cache")
     assert trt and trt["mountPath"] == TRT_MOUNT and not trt.get("readOnly")
-    for path in (config.asr.tensorrt.engine_cache_path, config.asr.tensorrt.timing_cache_path):
-        assert path is None or under(path, TRT_MOUNT), f"{path}: TensorRT caches belong on the {TRT_MOUNT} volume"
+    for path in (config.asr.tensorrt.engine_root(), config.asr.tensorrt.timing_root()):
+        assert under(path, TRT_MOUNT), f"{path}: TensorRT caches belong on the {TRT_MOUNT} volume"
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
