@@ -15,13 +15,14 @@ import pytest
 import yaml
 
 from kitt_stt.models.checksums import sha256_file
-from kitt_stt.ops.gpu import decode_cuda_version, parse_nvidia_smi, probe_gpus
+from kitt_stt.ops.gpu import parse_nvidia_smi, probe_gpus
 from kitt_stt.ops.libraries import (
     LIBRARIES,
     LibraryStatus,
     LinkCheck,
     OrtInfo,
     cuda_major,
+    decode_cuda_version,
     decode_nvidia_version,
     parse_ldd,
     probe_library,

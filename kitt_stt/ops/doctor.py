@@ -17,6 +17,7 @@ from dataclasses import asdict
 
 import onnxruntime as ort
 
+from kitt_stt.asr.providers import ORT_NAMES
 from kitt_stt.config.schema import AppConfig, Provider
 from kitt_stt.ops.gpu import GpuProbe, probe_gpus
 from kitt_stt.ops.libraries import (
@@ -40,8 +41,6 @@ from kitt_stt.ops.trt_cache import (
     usable_ep_context,
 )
 from kitt_stt.ops.writable import writable
-
-PROVIDER_NAMES = {"cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecutionProvider"}
 
 
 def needed_providers(config: AppConfig) -> set[str]:
@@ -84,7 +83,7 @@ def _check_onnxruntime(report: Report, info: OrtInfo, needs: set[str], no_device
                     "`onnxruntime` module and the last one installed wins: keep only one")
     report.add("onnxruntime", "providers", Status.INFO, ", ".join(info.providers))
     for need in sorted(needs):
-        name = PROVIDER_NAMES[need]
+        name = ORT_NAMES[Provider(need)]
         if name in info.providers:
             report.add("onnxruntime", name, Status.OK, "compiled in")
         else:
@@ -94,7 +93,7 @@ def _check_onnxruntime(report: Report, info: OrtInfo, needs: set[str], no_device
     for provider, library in sorted(info.provider_libraries.items()):
         check = check_links(library)
         checks.append(check)
-        needed = any(PROVIDER_NAMES[need] == provider for need in needs)
+        needed = any(ORT_NAMES[Provider(need)] == provider for need in needs)
         if check.error:
             report.add("onnxruntime", library.name, Status.WARN if needed else Status.INFO,
                        f"links not checked: {check.error}")
@@ -165,7 +164,7 @@ def _check_sessions(report: Report, needs: set[str], device_id: int, info: OrtIn
     """Create a one-node session on each needed provider: the libraries load and the device
     works, which neither "compiled in" nor "the file exists" proves."""
     for need in sorted(needs):
-        name = PROVIDER_NAMES[need]
+        name = ORT_NAMES[Provider(need)]
         if name not in info.providers:
             continue
         error = session_smoke_test(need, device_id)
@@ -189,7 +188,7 @@ def session_smoke_test(provider: str, device_id: int) -> str:
     cuda = ("CUDAExecutionProvider", {"device_id": str(device_id)})
     chain = [cuda] if provider == "cuda" else [
         ("TensorrtExecutionProvider", {"device_id": str(device_id), "trt_engine_cache_enable": "0"}), cuda]
-    wanted = PROVIDER_NAMES[provider]
+    wanted = ORT_NAMES[Provider(provider)]
     try:
         session = ort.InferenceSession(model.SerializeToString(), providers=chain)
         session.run(None, {"x": np.ones((1, 4), np.float32)})

@@ -14,6 +14,8 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
+from kitt_stt.ops.libraries import decode_cuda_version
+
 CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
 CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
 NVIDIA_SMI_TIMEOUT_S = 15
@@ -42,11 +44,6 @@ class GpuProbe:
             return "no GPU (" + "; ".join(self.problems or ("nothing found",)) + ")"
         return "; ".join(f"{gpu.index}: {gpu.name} (compute capability {gpu.compute_capability or '?'})"
                          for gpu in self.gpus)
-
-
-def decode_cuda_version(value: int) -> str:
-    """CUDA encodes versions as 1000 * major + 10 * minor (12040 is 12.4)."""
-    return f"{value // 1000}.{(value % 1000) // 10}"
 
 
 def parse_nvidia_smi(text: str) -> tuple[Gpu, ...]:

@@ -205,7 +205,7 @@ def prepare_serve(config: AppConfig) -> AppConfig:
     """The configuration ``serve`` builds its engine with: for TensorRT, the keyed directories and,
     when ``trt build`` wrote one, its EP-context model. Anything else is returned unchanged, and
     so is a host without the TensorRT provider (the engine plan refuses that with its own message)."""
-    from kitt_stt.asr.sense_voice_model import load_sense_voice_model
+    from kitt_stt.asr.sense_voice_model import find_model_file
     from kitt_stt.models.registry import resolve_model
 
     asr = config.asr
@@ -221,15 +221,16 @@ def prepare_serve(config: AppConfig) -> AppConfig:
     resolved = resolve_model(asr.model, config.models)
     if resolved.kind == "whisper":
         return config
-    model = load_sense_voice_model(resolved.directory, prefer_int8=False)  # as the engine plan picks it
-    layout = layout_for_model(asr, model.model_path)
+    # the fp32 file, as the engine plan picks it for a GPU; only its path is needed for the key
+    model_path = find_model_file(resolved.directory, prefer_int8=False)
+    layout = layout_for_model(asr, model_path)
     keyed = keyed_asr(asr, layout)
     if keyed.tensorrt.ep_context_model is not None:
         log.info("TensorRT: loading the EP-context model %s", keyed.tensorrt.ep_context_model)
     else:
         log.info("TensorRT: no EP-context model in %s; building from %s (an engine cached there is reused; "
-                 "`kitt-stt trt build` ahead of time makes this start fast)", layout.engine_dir, model.model_path)
-        _prepare_directories(layout, model.model_path)
+                 "`kitt-stt trt build` ahead of time makes this start fast)", layout.engine_dir, model_path)
+        _prepare_directories(layout, model_path)
     return config.model_copy(update={"asr": keyed})
 
 

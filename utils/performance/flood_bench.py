@@ -64,13 +64,12 @@ sys.path.insert(0, str(REPO))
 from kitt_stt.audio.wavfile import read_wav_16k_mono  # noqa: E402
 from kitt_stt.client.session import connect, decode  # noqa: E402
 from kitt_stt.models.tone_synth import ToneStyle, synthesize  # noqa: E402
-from tests.helpers import deep_merge, run_server  # noqa: E402
+from tests.helpers import FRAME_BYTES, deep_merge, frames_of, run_server  # noqa: E402
 from utils.performance.latency_report import trim_silence  # noqa: E402
 from utils.performance.memory_probe import MemoryProbe, PhasedSampler  # noqa: E402
 from utils.performance.workload import nearest_rank  # noqa: E402
 
 FRAME_MS = 20
-FRAME_BYTES = 640
 DEFAULT_WAV = REPO / "tests/fixtures/speech/en_open_the_car_door_please.wav"
 TONE_PHRASE = "打开车门"
 VICTIM_SEAT = "driver"
@@ -151,9 +150,7 @@ class VictimPlan:
 def build_plan(phrase: np.ndarray, utterances: int, gap_ms: int, expected_text: str | None = None,
                lead_ms: int = LEAD_MS) -> VictimPlan:
     """Lead silence, then ``utterances`` x (phrase + ``gap_ms`` silence), cut into 20 ms frames."""
-    pcm = phrase.astype("<i2").tobytes()
-    pcm += bytes(-len(pcm) % FRAME_BYTES)
-    phrase_frames = [pcm[i:i + FRAME_BYTES] for i in range(0, len(pcm), FRAME_BYTES)]
+    phrase_frames = frames_of(phrase.astype("<i2").tobytes())
     silent = bytes(FRAME_BYTES)
     frames = [silent] * (lead_ms // FRAME_MS)
     starts, last_voiced = [], []
