@@ -1,4 +1,5 @@
-"""Pause-chunked decoding: same text as whole-segment decoding, and the final decodes only the tail."""
+"""Pause-chunked decoding: same text as whole-segment decoding; a pause closes the chunk at once, so
+the final of a segment that ends in silence decodes nothing more; long speech is cut at a quiet point."""
 
 from __future__ import annotations
 
@@ -92,27 +93,56 @@ async def test_chunked_text_equals_whole_segment_text(tone_engine) -> None:
     assert whole_final["timing"]["chunks"] == 1
 
 
-async def test_the_final_decodes_only_the_open_chunk(tone_engine) -> None:
+async def test_a_final_after_a_pause_decodes_nothing_more(tone_engine) -> None:
     spy = SpyEngine(tone_engine)
     frames = await run_seat(spy, paused_speech(), chunk_pause_ms=200)
     [final] = [f for f in frames if f["type"] == "final"]
     segment_samples = final["timing"]["audio_ms"] * 16
-    tail = final["timing"]["tail_audio_ms"] * 16
-    # the final's decode is the tail after the last pause, a fraction of the segment (it may run
-    # before the last chunk's decode: finals outrank chunks in the queue)
-    assert tail in spy.lengths and len(spy.lengths) == len(PAUSED)
-    assert tail < segment_samples / 3
-    # every sample of the segment was decoded exactly once across the chunks and the final
-    assert sum(spy.lengths) == segment_samples
+    # the pause before the segment's end closed the last chunk: one decode per phrase, none for the
+    # final, whose text is the chunks' text
+    assert len(spy.lengths) == len(PAUSED) and final["timing"]["tail_audio_ms"] == 0
+    assert final["timing"]["decode_ms"] == 0 and final["timing"]["chunks"] == len(PAUSED)
+    assert final["text"] == "".join(PAUSED)
+    # no sample was decoded twice; what was never decoded is the silence after the last cut
+    assert sum(spy.lengths) < segment_samples <= sum(spy.lengths) + 500 * 16
 
 
-async def test_long_speech_without_pauses_is_cut_at_max_chunk(tone_engine) -> None:
+async def test_a_segment_cut_during_speech_decodes_its_tail(tone_engine) -> None:
+    """A client ``vad stop`` (or any end) while speech is going on: the tail holds speech and is decoded."""
     spy = SpyEngine(tone_engine)
-    pcm = tone_pcm("ABCDEFABCDEF", burst_ms=300, gap_ms=80, tail_ms=700)  # gaps too short to chunk
-    frames = await run_seat(spy, pcm, chunk_pause_ms=200, max_chunk_ms=1000)
+    config = AppConfig.model_validate({"asr": {"chunk_pause_ms": 200}, "vad": {"silence_ms": 500},
+                                       "interim": {"enabled": False}})
+    scheduler = InferenceScheduler(spy, workers=1)
+    scheduler.start()
+    frames: list[dict] = []
+    seat = SeatPipeline("driver", config, lambda: SessionSettings(interim=False), scheduler,
+                        SilenceTimeoutPolicy(50), lambda frame: frames.append(frame.model_dump()), owner="test")
+    try:
+        seat.push_audio(np.frombuffer(tone_pcm("打开车门", tail_ms=400) + tone_pcm("ABC", lead_ms=0, tail_ms=0),
+                                      dtype="<i2"))
+        seat.client_vad("stop")
+        deadline = time.monotonic() + 10
+        while not any(f["type"] == "final" for f in frames):
+            assert time.monotonic() < deadline, frames
+            await asyncio.sleep(0.01)
+    finally:
+        seat.close()
+        scheduler.stop()
     [final] = [f for f in frames if f["type"] == "final"]
-    assert final["timing"]["chunks"] >= 3
-    assert max(spy.lengths) <= 2 * 1000 * 16 + 320
+    assert final["text"] == "打开车门ABC" and final["timing"]["chunks"] == 2
+    assert final["timing"]["tail_audio_ms"] > 0 and len(spy.lengths) == 2
+
+
+async def test_long_speech_without_pauses_is_cut_at_a_quiet_point(tone_engine) -> None:
+    # gaps too short to chunk; Han tokens, so the chunks join without spaces as the whole text does
+    pcm = tone_pcm("打开关车门窗打开关车门窗", burst_ms=300, gap_ms=80, tail_ms=700)
+    spy = SpyEngine(tone_engine)
+    frames = await run_seat(spy, pcm, chunk_pause_ms=200, max_chunk_ms=1000)
+    whole = await run_seat(SpyEngine(tone_engine), pcm, chunk_pause_ms=0)
+    [final] = [f for f in frames if f["type"] == "final"]
+    assert final["timing"]["chunks"] >= 4 and max(spy.lengths) <= 1000 * 16
+    # every cut fell in a gap between bursts, never inside one: the text is the whole-segment text
+    assert final["text"] == [f for f in whole if f["type"] == "final"][0]["text"] == "打开关车门窗打开关车门窗"
 
 
 async def test_at_a_decode_cap_pause_chunks_are_skipped_but_long_ones_still_cut(tone_engine) -> None:
@@ -124,7 +154,7 @@ async def test_at_a_decode_cap_pause_chunks_are_skipped_but_long_ones_still_cut(
     pcm = tone_pcm("ABCDEFABCDEF", burst_ms=300, gap_ms=80, tail_ms=700)
     frames = await run_seat(spy, pcm, AtDecodeCap(), chunk_pause_ms=200, max_chunk_ms=1000)
     [final] = [f for f in frames if f["type"] == "final"]
-    assert final["timing"]["chunks"] >= 3 and max(spy.lengths) <= 2 * 1000 * 16 + 320
+    assert final["timing"]["chunks"] >= 4 and max(spy.lengths) <= 1000 * 16
 
 
 def test_chunk_pause_must_be_shorter_than_segment_silence() -> None:

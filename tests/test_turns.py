@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from kitt_stt.audio.ring import SampleRing
-from kitt_stt.pipeline.eot import SilenceTimeoutPolicy, TurnSensePolicy
+from kitt_stt.pipeline.eot import HoldRule, SilenceTimeoutPolicy, TurnSensePolicy
 from kitt_stt.pipeline.turn import TurnState, TurnTracker, join_texts
+from kitt_stt.pipeline.turn_text import TextEnding, text_ending
 from kitt_stt.turnsense.model import TurnPrediction
 
 WAIT_MS = 150
@@ -31,11 +32,12 @@ class Harness:
         return self.commits.pop(0)
 
 
-def harness(policy=None, max_duration_ms: int = 60_000) -> Harness:
+def harness(policy=None, max_duration_ms: int = 60_000, eager: bool = False) -> Harness:
+    """A tracker whose frames all land in ``commits`` (commits, and turn_eager/turn_resumed when on)."""
     commits: list = []
     tracker = TurnTracker("s", policy or TurnSensePolicy(THRESHOLD, WAIT_MS),
                           lambda frame: commits.append(frame.model_dump()), finals_done=lambda: None,
-                          max_duration_ms=max_duration_ms)
+                          max_duration_ms=max_duration_ms, eager=lambda: eager)
     return Harness(tracker, commits)
 
 
@@ -193,3 +195,109 @@ async def test_wait_ms_bounds_a_late_model() -> None:
     got = decision(await h.next_commit())
     assert got["reason"] == "timeout" and got["probability"] is None
     assert WAIT_MS <= got["wait_ms"] < WAIT_MS + 100
+
+
+# ----- text-aware holding, eager and resumed events ------------------------------------------------
+
+HOLD = HoldRule(threshold=1.01, wait_ms=WAIT_MS * 3)
+
+
+@pytest.mark.parametrize(
+    ("text", "ending"),
+    [
+        ("turn on the", TextEnding.UNFINISHED),
+        ("Navigate to the gas station and.", TextEnding.UNFINISHED),  # engine punctuation is ignored
+        ("set the temperature to", TextEnding.UNFINISHED),
+        ("call my", TextEnding.UNFINISHED),
+        ("um", TextEnding.UNFINISHED),
+        ("把", TextEnding.UNFINISHED),
+        ("打开车窗还有", TextEnding.UNFINISHED),
+        ("我想", TextEnding.UNFINISHED),
+        ("嗯，", TextEnding.UNFINISHED),
+        ("open the car door please", TextEnding.OPEN),
+        ("turn it off", TextEnding.OPEN),
+        ("thank you", TextEnding.OPEN),
+        ("打开车门", TextEnding.OPEN),
+        ("好的", TextEnding.OPEN),  # "的" ends complete replies, so it does not hold
+        ("", TextEnding.OPEN),
+    ],
+)
+def test_text_endings(text: str, ending: TextEnding) -> None:
+    assert text_ending(text) is ending
+
+
+async def test_unfinished_words_hold_a_confident_turn() -> None:
+    h = harness(policy=TurnSensePolicy(THRESHOLD, WAIT_MS, HOLD))
+    speak(h, 1, "turn on the", 0.99)
+    await asyncio.sleep(WAIT_MS * 1.5 / 1000)
+    assert h.commits == []  # the model alone would have committed at once
+    got = decision(await h.next_commit(timeout=3.0))
+    assert got["reason"] == "timeout" and got["text_ending"] == "unfinished" and got["threshold"] == 1.01
+    assert got["wait_ms"] >= HOLD.wait_ms
+
+
+async def test_open_words_leave_the_decision_to_the_model() -> None:
+    h = harness(policy=TurnSensePolicy(THRESHOLD, WAIT_MS, HOLD))
+    speak(h, 1, "turn on the radio", 0.99)
+    got = decision(await h.next_commit())
+    assert got["reason"] == "model" and got["text_ending"] == "open" and got["wait_ms"] < WAIT_MS
+
+
+async def test_hold_applies_without_a_model_too() -> None:
+    h = harness(policy=SilenceTimeoutPolicy(WAIT_MS, HOLD))
+    speak(h, 1, "把", None)
+    got = decision(await h.next_commit(timeout=3.0))
+    assert got["reason"] == "timeout" and got["wait_ms"] >= HOLD.wait_ms and got["text_ending"] == "unfinished"
+
+
+def eager_policy() -> TurnSensePolicy:
+    return TurnSensePolicy(THRESHOLD, WAIT_MS, HOLD, eager_threshold=0.4)
+
+
+async def test_eager_then_commit_on_timeout() -> None:
+    h = harness(policy=eager_policy(), eager=True)
+    speak(h, 1, "打开车门", 0.5)
+    eager = await h.next_commit()
+    assert eager == {"type": "turn_eager", "seat": "s", "turn_id": 1, "text": "打开车门", "probability": 0.5}
+    commit = await h.next_commit()
+    assert commit["type"] == "commit" and commit["turn_id"] == 1 and decision(commit)["reason"] == "timeout"
+
+
+async def test_eager_then_resumed_then_one_commit_with_the_same_turn_id() -> None:
+    h = harness(policy=eager_policy(), eager=True)
+    speak(h, 1, "打开", 0.5)
+    assert (await h.next_commit())["type"] == "turn_eager"
+    turn = h.tracker.begin_segment(2, 900)  # the user goes on
+    assert h.commits == [{"type": "turn_resumed", "seat": "s", "turn_id": 1}]
+    h.commits.clear()
+    turn.prediction = prediction(0.95)
+    h.tracker.segment_final(turn, 2, "车门", 1400, time.perf_counter())
+    commit = await h.next_commit()
+    assert commit["type"] == "commit" and commit["turn_id"] == 1 and commit["text"] == "打开车门"
+    h.tracker.begin_segment(3, 3000)  # a new turn: nothing to resume
+    await asyncio.sleep(0.02)
+    assert h.commits == []
+
+
+@pytest.mark.parametrize(("probability", "text", "session_wants_it"), [
+    (0.95, "打开车门", True),  # confident: the commit comes at once, no eager before it
+    (0.3, "打开车门", True),  # below the eager threshold
+    (0.5, "turn on the", True),  # held by its words: not "probably over"
+    (0.5, "打开车门", False),  # the session did not ask
+    (0.5, "", True),  # nothing to answer
+])
+async def test_no_eager(probability: float, text: str, session_wants_it: bool) -> None:
+    h = harness(policy=eager_policy(), eager=session_wants_it)
+    speak(h, 1, text, probability)
+    await asyncio.sleep(WAIT_MS * 4 / 1000)
+    assert [frame["type"] for frame in h.commits] in (["commit"], [])
+
+
+async def test_turn_ids_stay_consecutive_across_noise_turns() -> None:
+    h = harness(policy=SilenceTimeoutPolicy(WAIT_MS))
+    speak(h, 1, "AB", None)
+    assert (await h.next_commit())["turn_id"] == 1
+    speak(h, 2, "", None)  # noise: never committed, takes no id
+    await asyncio.sleep(WAIT_MS * 1.5 / 1000)
+    speak(h, 3, "CD", None)
+    assert (await h.next_commit())["turn_id"] == 2

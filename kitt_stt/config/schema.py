@@ -66,6 +66,9 @@ class ServerConfig(_Section):
     outbound_queue_frames: int = Field(default=2000, ge=10)
     rate_limit: RateLimitConfig = RateLimitConfig()
     shutdown_grace_s: float = Field(default=10.0, ge=0)
+    # The browser console (docs/console.md): a debugging page served at /console. Off in the
+    # Kubernetes overlays, where nobody should talk to a production pod from a browser.
+    console: bool = True
 
     _auth_token_is_text = field_validator("auth_token", mode="before")(_quoted_token)
 
@@ -219,6 +222,13 @@ class TurnConfig(_Section):
     num_threads: int = Field(default=1, ge=1)
     threshold: float = Field(default=0.9, ge=0.0, le=1.0)
     wait_ms: int = Field(default=1500, ge=0)
+    # "probably over": turn_eager for sessions that ask for it (start/configure `eager`)
+    eager_threshold: float = Field(default=0.5, ge=0.0, le=1.0)
+    eager_events: bool = False
+    # words that end mid-phrase ("turn on the", "把空调") hold the turn (docs/turns.md)
+    hold_unfinished: bool = True
+    unfinished_threshold: float = Field(default=1.01, ge=0.0, le=1.01)  # above 1: the model cannot commit
+    unfinished_wait_ms: int = Field(default=3000, ge=0)
     max_duration_ms: int = Field(default=60_000, ge=1000)
     context_ms: int = Field(default=500, ge=0, le=2000)
     commit_empty: bool = False

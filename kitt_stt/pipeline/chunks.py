@@ -1,23 +1,53 @@
 """Pause-chunked decoding of one segment.
 
 Re-decoding a whole growing segment for every interim and for the final makes the final's
-cost grow with the segment (and the total with its square).  Instead, a pause of at least
-``asr.chunk_pause_ms`` inside the segment (shorter than ``vad.silence_ms``, so the segment goes
-on) closes a chunk, cut in the middle of the pause; speech without such pauses is cut at
-``asr.max_chunk_ms``.  A closed chunk is decoded once, at a priority between finals and interims,
-and its text is kept.  Interims and the final decode only the open tail and join the texts,
-so the final costs what the last phrase costs.
+cost grow with the segment (and the total with its square).  Instead the segment is cut into
+chunks, each decoded once at a priority between finals and interims, and its text is kept.
+Interims and the final decode only the open tail and join the texts, so the final costs what
+the last phrase costs.
+
+Where a chunk is cut:
+
+* **At a pause, as soon as it is long enough.**  When ``asr.chunk_pause_ms`` of non-speech
+  follow speech, the chunk closes right there (speech plus that much silence).  If the silence
+  goes on and ends the segment, the open tail holds no voiced frame, so the final needs no
+  decode of its own: its text is the chunks' texts, which were decoding while the VAD waited
+  out ``vad.silence_ms``.  The cut comes before the segment's end, which is why
+  ``chunk_pause_ms`` must be shorter than ``silence_ms``.
+* **At the quietest point before the limit.**  Speech without such a pause is cut when the open
+  chunk reaches ``asr.max_chunk_ms``, at the quietest 20 ms frame of the last
+  ``QUIET_WINDOW_MS`` (a breath or a stop consonant rather than mid-vowel); what follows that
+  frame stays in the open chunk.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from kitt_stt.asr.features import FeatureStream
 from kitt_stt.scheduler import DecodeOutcome
+from kitt_stt.str_enum import StrEnum
 
 FRAME_SAMPLES = 320
+QUIET_WINDOW_MS = 2000  # how far back from the limit the quietest frame is looked for
+
+
+class CutKind(StrEnum):
+    """Why a chunk was cut: a pause (optional work, skipped at a decode cap) or the length limit
+    (always cut, so no decode reads more than ``asr.max_chunk_ms``)."""
+
+    PAUSE = "pause"
+    LIMIT = "limit"
+
+
+@dataclass(frozen=True)
+class Cut:
+    position: int  # sample offset in the segment buffer where the open chunk ends
+    kind: CutKind
 
 
 @dataclass
@@ -25,6 +55,13 @@ class ClosedChunk:
     start: int  # sample offsets in the segment buffer
     end: int
     decode: asyncio.Future[DecodeOutcome | None]
+
+
+@dataclass
+class _Frame:
+    end: int  # sample offset in the segment buffer just after the frame
+    energy: float
+    voiced: bool
 
 
 @dataclass
@@ -36,25 +73,42 @@ class ChunkTracker:
     open_start: int = 0
     closed: list[ClosedChunk] = field(default_factory=list)
     features: FeatureStream | None = None  # the open chunk's incremental front end
+    tail_voiced: bool = True  # the open chunk holds speech (the pre-roll's onset counts as speech)
     _pause_run: int = 0
+    _recent: deque[_Frame] = field(default_factory=lambda: deque(maxlen=QUIET_WINDOW_MS // 20))
 
     def reached_max(self, buffered_samples: int) -> bool:
         """The open chunk is ``asr.max_chunk_ms`` long: it must be cut, whatever else wants."""
         return buffered_samples - self.open_start >= self.max_chunk_samples
 
-    def boundary_after(self, voiced: bool, buffered_samples: int) -> int | None:
-        """Call after appending a frame; returns a cut position when the open chunk should close."""
+    def boundary_after(self, frame: np.ndarray, voiced: bool, buffered_samples: int) -> Cut | None:
+        """Call after appending ``frame``; returns where to cut when the open chunk should close."""
         if not self.pause_frames:
             return None
-        if not voiced:
+        samples = frame.astype(np.float32)
+        self._recent.append(_Frame(buffered_samples, float(np.dot(samples, samples)), voiced))
+        if voiced:
+            self._pause_run = 0
+            self.tail_voiced = True
+        else:
             self._pause_run += 1
-            if self.reached_max(buffered_samples):
-                return buffered_samples  # long speech without a real pause: cut in this quiet frame
-            return None
-        run, self._pause_run = self._pause_run, 0
-        if run >= self.pause_frames:
-            cut = buffered_samples - FRAME_SAMPLES - (run // 2) * FRAME_SAMPLES  # middle of the pause
-            return cut if cut > self.open_start else None
-        if buffered_samples - self.open_start >= 2 * self.max_chunk_samples:
-            return buffered_samples - FRAME_SAMPLES  # no quiet frame at all: hard cut
+        if self.reached_max(buffered_samples):  # first: a pause cut may be refused, this one may not
+            return Cut(self._quietest_point(), CutKind.LIMIT)
+        if self._pause_run == self.pause_frames and self.tail_voiced:
+            return Cut(buffered_samples, CutKind.PAUSE)
         return None
+
+    def _quietest_point(self) -> int:
+        """End of the quietest recent frame of the open chunk (the latest one among equals)."""
+        candidates = [f for f in self._recent if f.end - FRAME_SAMPLES >= self.open_start]
+        if not candidates:
+            return self._recent[-1].end
+        quietest = min(reversed(candidates), key=lambda f: f.energy)
+        return quietest.end
+
+    def cut(self, position: int, features: FeatureStream | None) -> tuple[int, int]:
+        """Close the open chunk at ``position``; returns its (start, end) sample range."""
+        start, self.open_start = self.open_start, position
+        self.features = features
+        self.tail_voiced = any(f.voiced for f in self._recent if f.end > position)
+        return start, position

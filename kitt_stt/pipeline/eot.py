@@ -4,7 +4,14 @@ A policy's :meth:`EotPolicy.decide` is awaited while the seat is silent; the sea
 as soon as speech resumes (the turn then goes on).  :class:`TurnSensePolicy` commits at once
 when the end-of-turn model is confident and otherwise waits for silence;
 :class:`SilenceTimeoutPolicy` only waits.  The model's prediction was started when the segment
-ended, concurrently with the final decode, so the decision costs max(final, model), not the sum.
+ended (or earlier, when the pause that ended it began), concurrently with the final decode, so
+the decision costs max(final, model), not the sum.
+
+Both policies read the turn's words too (:mod:`.turn_text`): a turn whose text ends where no
+request can end is *held*: the model needs ``HoldRule.threshold`` instead of the usual threshold,
+and the silence fallback waits ``HoldRule.wait_ms``.  When the model says "probably done" but not
+"done" (``eager_threshold`` <= p < threshold), the policy tells the turn through
+``TurnContext.on_eager`` before it starts waiting, so an agent can start on its answer.
 """
 
 from __future__ import annotations
@@ -13,8 +20,10 @@ import asyncio
 import logging
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from kitt_stt.pipeline.turn_text import TextEnding, text_ending
 from kitt_stt.str_enum import StrEnum
 from kitt_stt.turnsense.model import TurnPrediction
 
@@ -36,6 +45,7 @@ class Decision:
     probability: float | None = None
     threshold: float | None = None
     model_ms: float | None = None
+    text_ending: TextEnding | None = None
 
     def as_metadata(self) -> dict[str, object]:
         return {
@@ -46,9 +56,20 @@ class Decision:
                     "threshold": self.threshold,
                     "wait_ms": round(self.wait_ms, 1),
                     "model_ms": self.model_ms,
+                    "text_ending": None if self.text_ending is None else self.text_ending.value,
                 }
             }
         }
+
+
+@dataclass(frozen=True)
+class HoldRule:
+    """How a turn whose words end mid-phrase is held: the model must reach ``threshold`` (above
+    1.0: never), and the silence fallback waits ``wait_ms``. ``enabled`` False: words are ignored."""
+
+    enabled: bool = True
+    threshold: float = 1.01
+    wait_ms: int = 3000
 
 
 @dataclass(frozen=True)
@@ -58,9 +79,14 @@ class TurnContext:
 
     speech_ended_at: float
     prediction: asyncio.Future[TurnPrediction] | None = None
+    text: str = ""  # the turn's words so far (its finals joined)
+    on_eager: Callable[[float], None] | None = None  # told p when the turn is probably, not surely, over
 
     def waited_ms(self) -> float:
         return (time.perf_counter() - self.speech_ended_at) * 1000.0
+
+    def ending(self, hold: HoldRule) -> TextEnding | None:
+        return text_ending(self.text) if hold.enabled else None
 
 
 async def sleep_until(context: TurnContext, wait_ms: float) -> None:
@@ -76,33 +102,44 @@ class EotPolicy(ABC):
 
 
 class SilenceTimeoutPolicy(EotPolicy):
-    """Commit after ``wait_ms`` of silence counted from the end of speech."""
+    """Commit after ``wait_ms`` of silence counted from the end of speech (``hold.wait_ms`` when
+    the words end mid-phrase)."""
 
-    def __init__(self, wait_ms: int) -> None:
+    def __init__(self, wait_ms: int, hold: HoldRule | None = None) -> None:
         self.wait_ms = wait_ms
+        self.hold = hold or HoldRule(enabled=False)
 
     async def decide(self, context: TurnContext) -> Decision:
-        await sleep_until(context, self.wait_ms)
-        return Decision(CommitReason.TIMEOUT, wait_ms=context.waited_ms())
+        ending = context.ending(self.hold)
+        wait_ms = self.hold.wait_ms if ending is TextEnding.UNFINISHED else self.wait_ms
+        await sleep_until(context, wait_ms)
+        return Decision(CommitReason.TIMEOUT, wait_ms=context.waited_ms(), text_ending=ending)
 
 
 class TurnSensePolicy(EotPolicy):
     """Commit as soon as p >= ``threshold``; otherwise commit after ``wait_ms`` of silence.
 
     A failed or late prediction counts as "not confident": the turn still commits on the timeout,
-    never later than ``wait_ms`` after the end of speech.
+    never later than ``wait_ms`` after the end of speech (``hold.wait_ms`` for a held turn).
     """
 
-    def __init__(self, threshold: float, wait_ms: int) -> None:
+    def __init__(self, threshold: float, wait_ms: int, hold: HoldRule | None = None,
+                 eager_threshold: float | None = None) -> None:
         self.threshold = threshold
         self.wait_ms = wait_ms
+        self.hold = hold or HoldRule(enabled=False)
+        self.eager_threshold = eager_threshold
 
     async def decide(self, context: TurnContext) -> Decision:
+        ending = context.ending(self.hold)
+        held = ending is TextEnding.UNFINISHED
+        threshold = self.hold.threshold if held else self.threshold
+        wait_ms = self.hold.wait_ms if held else self.wait_ms
         prediction = None
         if context.prediction is not None:
             # wait_ms is a hard upper bound: under load the model may answer late, and a late
             # answer must not hold the turn open past it
-            remaining_s = max(0.0, self.wait_ms - context.waited_ms()) / 1000.0
+            remaining_s = max(0.0, wait_ms - context.waited_ms()) / 1000.0
             try:
                 prediction = await asyncio.wait_for(asyncio.shield(context.prediction), remaining_s)
             except asyncio.TimeoutError:  # not the builtin on 3.10
@@ -113,7 +150,10 @@ class TurnSensePolicy(EotPolicy):
                 log.exception("end-of-turn model failed; waiting for silence instead")
         probability = None if prediction is None else prediction.probability
         model_ms = None if prediction is None else round(prediction.total_ms, 2)
-        if probability is not None and probability >= self.threshold:
-            return Decision(CommitReason.MODEL, context.waited_ms(), probability, self.threshold, model_ms)
-        await sleep_until(context, self.wait_ms)
-        return Decision(CommitReason.TIMEOUT, context.waited_ms(), probability, self.threshold, model_ms)
+        if probability is not None and probability >= threshold:
+            return Decision(CommitReason.MODEL, context.waited_ms(), probability, threshold, model_ms, ending)
+        if (probability is not None and context.on_eager is not None and not held
+                and self.eager_threshold is not None and probability >= self.eager_threshold):
+            context.on_eager(probability)
+        await sleep_until(context, wait_ms)
+        return Decision(CommitReason.TIMEOUT, context.waited_ms(), probability, threshold, model_ms, ending)

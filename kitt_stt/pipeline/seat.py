@@ -42,7 +42,7 @@ from kitt_stt.observability.logbuffer import seat_id as seat_context
 from kitt_stt.observability.metrics import Metrics
 from kitt_stt.observability.trace import Tracer, Track
 from kitt_stt.pipeline.admission import Admission
-from kitt_stt.pipeline.chunks import ChunkTracker, ClosedChunk
+from kitt_stt.pipeline.chunks import ChunkTracker, ClosedChunk, Cut, CutKind
 from kitt_stt.pipeline.eot import CommitReason, EotPolicy
 from kitt_stt.pipeline.rate_limit import Throttle
 from kitt_stt.pipeline.segment import Segment
@@ -100,7 +100,7 @@ class SeatPipeline:
         self._vad = VadSegmenter(config.vad)
         self._turns = TurnTracker(seat, policy, emit, finals_done=lambda: self._final_chain,
                                   max_duration_ms=config.turn.max_duration_ms,
-                                  commit_empty=config.turn.commit_empty)
+                                  commit_empty=config.turn.commit_empty, eager=lambda: settings().eager)
         self._turn_model = turn_model
         self._turn_audio = SampleRing(WINDOW_SAMPLES) if turn_model is not None else None
         # Predictions not yet run are cancelled when the seat closes: under load the model's queue
@@ -196,21 +196,26 @@ class SeatPipeline:
         if segment is None:
             return
         segment.buffer.append(samples)
-        cut = segment.chunks.boundary_after(voiced, segment.buffer.samples)
-        if cut is not None and self._chunk_admitted(segment):
-            self._close_chunk(segment, cut)
+        if voiced and segment.pause_prediction is not None:  # speech went on: that guess is stale
+            segment.pause_prediction.cancel()
+            segment.pause_prediction = None
+        cut = segment.chunks.boundary_after(samples, voiced, segment.buffer.samples)
+        if cut is not None:
+            if cut.kind is CutKind.PAUSE:
+                segment.pause_prediction = self._predict_turn()
+            if self._chunk_admitted(cut):
+                self._close_chunk(segment, cut.position)
         audio_ms = self._vad.audio_ms
         if segment.wants_interim(audio_ms, self._config.interim) and (
                 self._admission is None or self._admission.optional_decode()):
             segment.mark_interim_requested(audio_ms)
             self._spawn(self._run_interim(segment, audio_ms))
 
-    def _chunk_admitted(self, segment: Segment) -> bool:
+    def _chunk_admitted(self, cut: Cut) -> bool:
         """A chunk at a pause is an optimisation: at a decode cap it is skipped (the final decodes
         the longer tail). One that reached ``asr.max_chunk_ms`` is always cut, so no decode is ever
-        asked to read more than two chunks' worth (Whisper reads at most 30 s)."""
-        return (segment.chunks.reached_max(segment.buffer.samples) or self._admission is None
-                or self._admission.optional_decode())
+        asked to read more than ``max_chunk_ms`` (Whisper reads at most 30 s)."""
+        return cut.kind is CutKind.LIMIT or self._admission is None or self._admission.optional_decode()
 
     def _on_end(self, event: SpeechEnded) -> None:
         segment, turn = self._segment, self._segment_turn
@@ -224,18 +229,20 @@ class SeatPipeline:
         self._segment_turn = None
         self._scheduler.promote([chunk.decode for chunk in segment.chunks.closed])
         # submitted now, not in the task: the connection's outstanding count must include it
-        # before the next frame is handled
-        request = self._tail_request(segment)
-        decode = self._scheduler.submit(request, Priority.FINAL, self._owner, trace=self._trace_tag(segment))
+        # before the next frame is handled. A tail without a voiced frame (the pause already
+        # closed the last chunk) has nothing to decode: the final is the chunks' text.
+        request = decode = None
+        if segment.chunks.tail_voiced or not segment.chunks.closed:
+            request = self._tail_request(segment)
+            decode = self._scheduler.submit(request, Priority.FINAL, self._owner, trace=self._trace_tag(segment))
         self._final_chain = self._spawn(self._run_final(segment, turn, self._final_chain, request, decode))
-        if self._turn_model is not None and self._turn_audio is not None:
-            context_samples = self._config.turn.context_ms * 16
-            if turn.prediction is not None and not turn.prediction.done():
+        prediction, segment.pause_prediction = segment.pause_prediction, None
+        if prediction is None:  # the guess made at the pause saw the same speech, so it stands
+            prediction = self._predict_turn()
+        if prediction is not None:
+            if turn.prediction is not None and turn.prediction is not prediction and not turn.prediction.done():
                 turn.prediction.cancel()  # superseded: the new prediction sees the whole turn so far
-            prediction = self._turn_model.predict(self._turn_audio.since(turn.start_ms * 16 - context_samples))
             prediction.add_done_callback(lambda done: self._observe_prediction(done, segment.segment_id))
-            prediction.add_done_callback(self._predictions.discard)
-            self._predictions.add(prediction)
             turn.prediction = prediction
         tracer = self._observe.tracer
         if tracer is not None:
@@ -243,6 +250,17 @@ class SeatPipeline:
                        int((segment.ended_at - segment.started_at) * 1e6), self.track,
                        {**self._observe.ids(self.seat, segment.segment_id), "end_reason": segment.end_reason,
                         "start_ms": segment.start_ms, "end_ms": segment.end_ms})
+
+    def _predict_turn(self) -> asyncio.Future[TurnPrediction] | None:
+        """Start the end-of-turn model on the open turn's audio so far (None without a model)."""
+        turn = self._segment_turn
+        if self._turn_model is None or self._turn_audio is None or turn is None:
+            return None
+        context_samples = self._config.turn.context_ms * 16
+        prediction = self._turn_model.predict(self._turn_audio.since(turn.start_ms * 16 - context_samples))
+        prediction.add_done_callback(self._predictions.discard)
+        self._predictions.add(prediction)
+        return prediction
 
     def _observe_prediction(self, done: asyncio.Future[TurnPrediction], segment_id: int) -> None:
         if done.cancelled() or done.exception() is not None:
@@ -266,64 +284,72 @@ class SeatPipeline:
         chunks = segment.chunks
         request = AsrRequest(segment.buffer.view()[chunks.open_start : cut], segment.options)
         decode = self._scheduler.submit(request, Priority.CHUNK, self._owner, trace=self._trace_tag(segment))
-        chunks.closed.append(ClosedChunk(chunks.open_start, cut, decode))
-        chunks.open_start = cut
-        chunks.features = self._scheduler.engine.new_feature_stream()
+        start, end = chunks.cut(cut, self._scheduler.engine.new_feature_stream())
+        chunks.closed.append(ClosedChunk(start, end, decode))
 
     def _tail_request(self, segment: Segment) -> AsrRequest:
         chunks = segment.chunks
         return AsrRequest(segment.buffer.view()[chunks.open_start :], segment.options, chunks.features)
 
-    async def _chunk_texts(self, segment: Segment) -> list[str] | None:
-        """Texts of the closed chunks (awaiting any still decoding); None if one was cancelled."""
-        texts = []
+    async def _chunk_outcomes(self, segment: Segment) -> list[DecodeOutcome] | None:
+        """The closed chunks' decodes (awaiting any still running); None if one was cancelled."""
+        outcomes = []
         for chunk in list(segment.chunks.closed):
             outcome = await asyncio.shield(chunk.decode)
             if outcome is None:
                 return None
-            texts.append(outcome.result.text)
-        return texts
+            outcomes.append(outcome)
+        return outcomes
 
     async def _run_interim(self, segment: Segment, audio_ms: int) -> None:
-        request = self._tail_request(segment)
-        try:
-            outcome = await self._scheduler.submit(request, Priority.INTERIM, self._owner,
-                                                   coalesce_key=(self._owner, self.seat),
-                                                   trace=self._trace_tag(segment))
-        except Exception:
-            log.exception("interim decode failed (seat %s, segment %d)", self.seat, segment.segment_id,
-                          extra={"segment": segment.segment_id})
-            return
-        if outcome is None or segment.closed:  # superseded, cancelled, or the final owns it now
-            return
-        earlier = await self._chunk_texts(segment)
+        tail_text = ""
+        if segment.chunks.tail_voiced:  # a tail of pause only adds nothing to the chunks' text
+            request = self._tail_request(segment)
+            try:
+                outcome = await self._scheduler.submit(request, Priority.INTERIM, self._owner,
+                                                       coalesce_key=(self._owner, self.seat),
+                                                       trace=self._trace_tag(segment))
+            except Exception:
+                log.exception("interim decode failed (seat %s, segment %d)", self.seat, segment.segment_id,
+                              extra={"segment": segment.segment_id})
+                return
+            if outcome is None or segment.closed:  # superseded, cancelled, or the final owns it now
+                return
+            tail_text = outcome.result.text
+        earlier = await self._chunk_outcomes(segment)
         if earlier is None or segment.closed:
             return
-        text = join_texts([*earlier, outcome.result.text])
+        text = join_texts([*(chunk.result.text for chunk in earlier), tail_text])
         if not text or text == segment.last_interim_text:
             return
         segment.last_interim_text = text
         self._emit(InterimFrame(seat=self.seat, segment_id=segment.segment_id, text=text, audio_ms=audio_ms))
 
     async def _run_final(self, segment: Segment, turn: Turn, previous: asyncio.Task[None] | None,
-                         request: AsrRequest, decode: asyncio.Future[DecodeOutcome | None]) -> None:
+                         request: AsrRequest | None, decode: asyncio.Future[DecodeOutcome | None] | None) -> None:
+        """Emit the segment's final: the closed chunks' texts and, unless the tail held no speech,
+        the tail's decode (``decode`` None: the chunks say everything; the last one's tags count)."""
         text, lang, emotion, event, timing = "", None, None, None, {}
         try:
-            outcome = await decode
-            earlier = await self._chunk_texts(segment) if outcome is not None else None
+            outcome = await decode if decode is not None else None
+            earlier = await self._chunk_outcomes(segment) if outcome is not None or decode is None else None
         except Exception as exc:
             log.exception("final decode failed (seat %s, segment %d)", self.seat, segment.segment_id,
                           extra={"segment": segment.segment_id})
             self._emit(ErrorFrame(code=ErrorCode.INTERNAL.value, seat=self.seat,
                                   message=f"recognition failed for segment {segment.segment_id}: {exc}"))
         else:
-            if outcome is None or earlier is None:  # connection closing: nobody is waiting for this final
-                return
-            text, lang = join_texts([*earlier, outcome.result.text]), outcome.result.lang
-            emotion, event = outcome.result.emotion, outcome.result.event
-            timing = {"queue_ms": round(outcome.queue_ms, 2), "decode_ms": round(outcome.decode_ms, 2),
-                      "batch": outcome.batch_size, "chunks": len(segment.chunks.closed) + 1,
-                      "tail_audio_ms": request.samples.shape[0] // 16}
+            if earlier is None or (decode is not None and outcome is None):
+                return  # connection closing: nobody is waiting for this final
+            pieces = [*earlier, outcome] if outcome is not None else earlier
+            text = join_texts(piece.result.text for piece in pieces)
+            last = pieces[-1].result if pieces else None
+            if last is not None:
+                lang, emotion, event = last.lang, last.emotion, last.event
+            timing = {"queue_ms": round(outcome.queue_ms, 2) if outcome else 0.0,
+                      "decode_ms": round(outcome.decode_ms, 2) if outcome else 0.0,
+                      "batch": outcome.batch_size if outcome else 0, "chunks": len(pieces),
+                      "tail_audio_ms": request.samples.shape[0] // 16 if request is not None else 0}
         if previous is not None:
             await asyncio.shield(previous)
         latency_ms = (time.perf_counter() - segment.ended_at) * 1000.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 
@@ -9,6 +10,7 @@ from kitt_stt.asr.engine import DecodeOptions
 from kitt_stt.audio.buffer import PcmBuffer
 from kitt_stt.config.schema import InterimConfig
 from kitt_stt.pipeline.chunks import ChunkTracker
+from kitt_stt.turnsense.model import TurnPrediction
 
 
 @dataclass
@@ -27,6 +29,9 @@ class Segment:
     last_interim_audio_ms: int | None = None
     last_interim_wall: float = 0.0
     last_interim_text: str = ""
+    # the end-of-turn prediction started when a pause closed the last chunk; the segment's end
+    # uses it if no speech came after (so the commit need not wait for the model)
+    pause_prediction: asyncio.Future[TurnPrediction] | None = None
 
     def wants_interim(self, audio_ms: int, cadence: InterimConfig) -> bool:
         """First interim after ``start_ms`` of speech, then at most every ``min_interval_ms``.

@@ -14,14 +14,16 @@ class SessionSettings:
     use_itn: bool = True
     interim: bool = True
     hotwords: tuple[Hotword, ...] = ()
+    eager: bool = False  # send turn_eager / turn_resumed
 
     def updated(self, *, language: str | None = None, interim: bool | None = None,
-                hotwords: tuple[Hotword, ...] | None = None) -> SessionSettings:
+                hotwords: tuple[Hotword, ...] | None = None, eager: bool | None = None) -> SessionSettings:
         return replace(
             self,
             language=self.language if language is None else language,
             interim=self.interim if interim is None else interim,
             hotwords=self.hotwords if hotwords is None else hotwords,
+            eager=self.eager if eager is None else eager,
         )
 
     def decode_options(self) -> DecodeOptions:

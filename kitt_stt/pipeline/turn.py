@@ -2,11 +2,17 @@
 
 States (:class:`TurnState`, diagram in ``docs/turns.md``): ``IDLE`` (no turn), ``SPEAKING``
 (a segment is open or its final is pending), ``WAITING`` (all finals are out; the end-of-turn
-policy is deciding).  Speech resuming in ``WAITING`` cancels the decision and the turn goes
-on.  ``flush`` (finalize, close, shutdown) detaches the turn and commits it as soon as its
-finals are out, while new speech starts a new turn.  A turn whose speech spans more than
-``max_duration_ms`` is committed with reason ``max_duration`` at its next final, or when its
-next segment starts (that segment then opens a new turn).
+policy is deciding).  Segments end on a short silence (``vad.silence_ms``); the turn is held
+open across pauses by the policy, not by the VAD: speech resuming in ``WAITING`` cancels the
+decision and the turn goes on.  ``flush`` (finalize, close, shutdown) detaches the turn and
+commits it as soon as its finals are out, while new speech starts a new turn.  A turn whose
+speech spans more than ``max_duration_ms`` is committed with reason ``max_duration`` at its
+next final, or when its next segment starts (that segment then opens a new turn).
+
+Sessions that ask for it (``eager``) hear about a decision before it is made: ``turn_eager``
+when the policy finds the turn probably over but waits, ``turn_resumed`` when speech then comes
+back.  A turn's ``turn_id`` is given when it is first announced (eager or commit), so ids of
+committed turns stay consecutive and noise turns that are never committed take none.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 from kitt_stt.pipeline.eot import CommitReason, Decision, EotPolicy, TurnContext
-from kitt_stt.protocol.frames import CommitFrame, ServerFrame
+from kitt_stt.protocol.frames import CommitFrame, ServerFrame, TurnEagerFrame, TurnResumedFrame
 from kitt_stt.str_enum import StrEnum
 from kitt_stt.turnsense.model import TurnPrediction
 
@@ -41,6 +47,8 @@ class Turn:
     end_ms: int = 0
     speech_ended_at: float = 0.0
     prediction: asyncio.Future[TurnPrediction] | None = None
+    turn_id: int | None = None  # given when first announced
+    eager_sent: bool = False  # a turn_eager went out since speech last resumed
 
     def text(self) -> str:
         return join_texts(self.texts[segment_id] for segment_id in self.segment_ids if segment_id in self.texts)
@@ -121,8 +129,9 @@ def _unspaced(char: str) -> bool:
 class TurnTracker:
     def __init__(self, seat: str, policy: EotPolicy, emit: Callable[[ServerFrame], None],
                  finals_done: Callable[[], Awaitable[None] | None], max_duration_ms: int,
-                 commit_empty: bool = False) -> None:
+                 commit_empty: bool = False, eager: Callable[[], bool] = lambda: False) -> None:
         self._seat = seat
+        self._eager = eager
         self._policy = policy
         self._emit = emit
         self._finals_done = finals_done
@@ -150,6 +159,9 @@ class TurnTracker:
             self.flush(CommitReason.MAX_DURATION)
         if self._current is None:
             self._current = Turn(start_ms=start_ms)
+        elif self._current.eager_sent and self._current.turn_id is not None:
+            self._current.eager_sent = False
+            self._emit(TurnResumedFrame(seat=self._seat, turn_id=self._current.turn_id))
         self._current.segment_ids.append(segment_id)
         self._current.pending_finals += 1
         return self._current
@@ -165,8 +177,28 @@ class TurnTracker:
         if self._too_long(turn):
             self.flush(CommitReason.MAX_DURATION)
             return
-        context = TurnContext(speech_ended_at=turn.speech_ended_at, prediction=turn.prediction)
+        on_eager = (lambda probability: self._announce_eager(turn, probability)) if self._eager() else None
+        context = TurnContext(speech_ended_at=turn.speech_ended_at, prediction=turn.prediction, text=turn.text(),
+                              on_eager=on_eager)
         self._waiting = asyncio.create_task(self._decide(turn, context))
+
+    def _announce_eager(self, turn: Turn, probability: float) -> None:
+        """Tell the client the turn is probably over, once per decision point. Not while an
+        earlier flushed turn still waits to commit: its commit must take the lower turn_id."""
+        if turn is not self._current or turn.eager_sent:
+            return
+        text = turn.text()
+        if (not text and not self._commit_empty) or (self._commit_chain is not None and not self._commit_chain.done()):
+            return
+        turn.eager_sent = True
+        self._emit(TurnEagerFrame(seat=self._seat, turn_id=self._announce(turn), text=text,
+                                  probability=round(probability, 4)))
+
+    def _announce(self, turn: Turn) -> int:
+        if turn.turn_id is None:
+            turn.turn_id = self._next_turn_id
+            self._next_turn_id += 1
+        return turn.turn_id
 
     def _too_long(self, turn: Turn) -> bool:
         return turn.end_ms - turn.start_ms >= self._max_duration_ms
@@ -218,11 +250,10 @@ class TurnTracker:
         text = turn.text()
         if not text and not self._commit_empty:  # only noise: the client saw its empty finals
             return
-        frame = CommitFrame(seat=self._seat, turn_id=self._next_turn_id, text=text,
+        frame = CommitFrame(seat=self._seat, turn_id=self._announce(turn), text=text,
                             segment_ids=list(turn.segment_ids), metadata=decision.as_metadata())
         log.debug("turn committed: %s after %.0f ms", decision.reason.value, decision.wait_ms,
                   extra={"turn": frame.turn_id, "segment": turn.segment_ids[-1]})
-        self._next_turn_id += 1
         self._emit(frame)
 
     def _cancel_waiting(self) -> None:

@@ -70,6 +70,7 @@ class StartFrame(ClientFrame):
     interim: StrictBool | None = None
     seats: Annotated[list[Seat], Field(max_length=64)] | None = None
     client: ClientId | None = None
+    eager: StrictBool | None = None
 
 
 class AudioFrame(ClientFrame):
@@ -96,6 +97,7 @@ class ConfigureFrame(ClientFrame):
     hotwords: list[StrictStr] | None = None
     language: Language | None = None
     interim: StrictBool | None = None
+    eager: StrictBool | None = None
 
 
 class PingFrame(ClientFrame):
@@ -219,6 +221,25 @@ class CommitFrame(ServerFrame):
     text: str
     segment_ids: list[int]
     metadata: dict[str, Any]
+
+
+class TurnEagerFrame(ServerFrame):
+    """The turn is probably over (``turn.eager_threshold`` <= p < ``turn.threshold``): an agent may
+    start preparing its answer to ``text``; a ``turn_resumed`` or the ``commit`` follows."""
+
+    type: Literal["turn_eager"] = "turn_eager"
+    seat: str
+    turn_id: int
+    text: str
+    probability: float
+
+
+class TurnResumedFrame(ServerFrame):
+    """Speech resumed after a ``turn_eager``: the turn goes on; drop the draft answer."""
+
+    type: Literal["turn_resumed"] = "turn_resumed"
+    seat: str
+    turn_id: int
 
 
 class ErrorFrame(ServerFrame):

@@ -27,7 +27,7 @@ from kitt_stt.hotwords import Hotword, parse_hotwords
 from kitt_stt.observability.logbuffer import session_id as session_context
 from kitt_stt.observability.trace import Track
 from kitt_stt.pipeline.admission import Admission
-from kitt_stt.pipeline.eot import EotPolicy, SilenceTimeoutPolicy, TurnSensePolicy
+from kitt_stt.pipeline.eot import EotPolicy, HoldRule, SilenceTimeoutPolicy, TurnSensePolicy
 from kitt_stt.pipeline.rate_limit import AudioRateLimiter, MessagePacer
 from kitt_stt.pipeline.seat import SeatObservers, SeatPipeline
 from kitt_stt.pipeline.settings import SessionSettings
@@ -71,7 +71,7 @@ class Connection:
         asr = self._config.asr
         self._settings = SessionSettings(
             language=asr.language, use_itn=asr.use_itn, interim=self._config.interim.enabled,
-            hotwords=parse_hotwords(asr.hotwords),
+            hotwords=parse_hotwords(asr.hotwords), eager=self._config.turn.eager_events,
         )
         self._seats: dict[str, SeatPipeline] = {}
         self._limiters: dict[str, AudioRateLimiter] = {}
@@ -305,7 +305,7 @@ class Connection:
             self.send(PongFrame(id=frame.id))
 
     async def _on_settings(self, frame: StartFrame | ConfigureFrame) -> None:
-        settings = self._updated_settings(frame.language, frame.interim, frame.hotwords)
+        settings = self._updated_settings(frame.language, frame.interim, frame.hotwords, frame.eager)
         if settings.hotwords and settings.hotwords != self._settings.hotwords and self._state.engine.info.hotwords:
             await self._prepare_hotwords(settings.hotwords)
         self._settings = settings
@@ -325,7 +325,7 @@ class Connection:
             raise ProtocolError(ErrorCode.BAD_FIELD, f"hotwords could not be prepared: {exc}") from None
 
     def _updated_settings(self, language: str | None, interim: bool | None,
-                          hotwords: list[str] | None) -> SessionSettings:
+                          hotwords: list[str] | None, eager: bool | None) -> SessionSettings:
         languages = self._state.engine.info.languages
         if language is not None and language not in languages:
             raise ProtocolError(ErrorCode.BAD_FIELD,
@@ -340,7 +340,7 @@ class Connection:
                 parsed = parse_hotwords(hotwords)
             except ValueError as exc:
                 raise ProtocolError(ErrorCode.BAD_FIELD, f"hotwords: {exc}") from None
-        return self._settings.updated(language=language, interim=interim, hotwords=parsed)
+        return self._settings.updated(language=language, interim=interim, hotwords=parsed, eager=eager)
 
     def _on_finalize(self, frame: FinalizeFrame) -> None:
         if frame.seat is None:
@@ -386,9 +386,10 @@ class Connection:
 
     def _policy(self) -> EotPolicy:
         turn = self._config.turn
+        hold = HoldRule(turn.hold_unfinished, turn.unfinished_threshold, turn.unfinished_wait_ms)
         if self._state.turn_model is None:
-            return SilenceTimeoutPolicy(turn.wait_ms)
-        return TurnSensePolicy(turn.threshold, turn.wait_ms)
+            return SilenceTimeoutPolicy(turn.wait_ms, hold)
+        return TurnSensePolicy(turn.threshold, turn.wait_ms, hold, turn.eager_threshold)
 
     def _seat(self, name: str) -> SeatPipeline:
         seat = self._seats.get(name)

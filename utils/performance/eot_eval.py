@@ -1,20 +1,26 @@
-"""Evaluate end-of-turn policies through the real server.
+"""Evaluate end-of-turn settings through the real server.
 
-For each policy setting (threshold:wait_ms) a real ``kitt-stt serve`` runs with the TurnSense
-model; complete and incomplete utterances are streamed over real WebSockets (speech sent at
-once, then trailing silence in real time so VAD and timers run on the wall clock), and the
-tool reports, per setting:
+For each named setting (a set of configuration overrides) a real ``kitt-stt serve`` runs with
+the TurnSense model; complete and incomplete utterances are streamed over real WebSockets
+(speech sent at once, then silence in real time so VAD and timers run on the wall clock). An
+incomplete utterance is followed by a thinking pause of ``--pause-ms`` and then the rest of the
+sentence, as a person who stops to think would go on. The tool reports, per setting and source:
 
 * commit latency after the end of speech for complete utterances (p50/p95, nearest rank);
-* how often an incomplete utterance was committed "early", i.e. within ``--pause-ms`` (a user
-  who pauses that long to think would have been cut off);
+* incomplete utterances committed during the pause (the user was cut off);
+* ``turn_eager`` events (the session asks for them) and how many were followed by
+  ``turn_resumed`` (an agent that started on its answer threw the work away);
 * the model's probabilities and their AUC (complete vs incomplete) per source.
 
 Sources: espeak-ng (English; Mandarin with the ``cmn-latn-pinyin`` voice) and, when installed,
 human recordings from Debian packages (alsa-utils' channel-test voices, pocketsphinx-testdata).
 Synthetic speech is a poor judge of this model (see docs/turns.md); results are per source.
+With ``asr.model=whisper-base`` in a setting the turns have real words, so the text-aware hold
+(``turn.hold_unfinished``) acts; the tone model hears no words in real speech.
 
-    python utils/performance/eot_eval.py --settings 0.5:1000 0.7:1000 0.9:1000 --out eot.json
+    python utils/performance/eot_eval.py --settings \
+        "old:vad.silence_ms=500,asr.chunk_pause_ms=200,turn.hold_unfinished=false" \
+        "new:asr.model=whisper-base" --out eot.json
 """
 
 from __future__ import annotations
@@ -32,13 +38,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from kitt_stt.audio.wavfile import read_wav_16k_mono  # noqa: E402
-from kitt_stt.client.session import connect  # noqa: E402
-from tests.helpers import run_server  # noqa: E402
+from kitt_stt.client.session import SttSession, connect  # noqa: E402
+from kitt_stt.config.schema import AppConfig  # noqa: E402
+from tests.helpers import deep_merge, run_server  # noqa: E402
 
 ENGLISH = [
     ("open the car door please", "open the car door and"),
@@ -67,6 +75,7 @@ class Utterance:
     name: str
     complete: bool
     samples: np.ndarray
+    rest: np.ndarray | None = None  # what an incomplete utterance's speaker says after the pause
 
 
 @dataclass
@@ -77,7 +86,12 @@ class Outcome:
     setting: str
     reason: str | None
     probability: float | None
-    latency_ms: float | None
+    latency_ms: float | None  # end of (first part of) speech -> first commit
+    cut_off: bool = False  # an incomplete utterance committed before its speaker went on
+    eager: int = 0
+    eager_resumed: int = 0  # turn_eager frames followed by turn_resumed
+    text: str = ""
+    text_ending: str | None = None
 
 
 def _to_16k(src: Path, dst: Path) -> np.ndarray:
@@ -97,8 +111,9 @@ def _espeak(text: str, voice: str, work: Path) -> np.ndarray:
     return _trim(_to_16k(raw, work / "espeak16.wav"))
 
 
-def _cut_at_pause(samples: np.ndarray) -> np.ndarray | None:
-    """Cut at the quietest 100 ms stretch between 30 % and 70 % of the clip (a word boundary)."""
+def _cut_at_pause(samples: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Cut at the quietest 100 ms stretch between 30 % and 70 % of the clip (a word boundary);
+    returns the two parts."""
     hop = 160
     energy = np.array([np.mean(samples[i : i + 1600].astype(np.float64) ** 2)
                        for i in range(0, len(samples) - 1600, hop)])
@@ -106,7 +121,7 @@ def _cut_at_pause(samples: np.ndarray) -> np.ndarray | None:
         return None
     lo, hi = int(0.3 * energy.size), int(0.7 * energy.size)
     cut = (lo + int(np.argmin(energy[lo:hi]))) * hop + 800
-    return _trim(samples[:cut])
+    return _trim(samples[:cut]), _trim(samples[cut:])
 
 
 def build_corpus(work: Path) -> tuple[list[Utterance], list[str]]:
@@ -116,7 +131,9 @@ def build_corpus(work: Path) -> tuple[list[Utterance], list[str]]:
         for source, voice, pairs in (("espeak-en", "en", ENGLISH), ("espeak-cmn", "cmn-latn-pinyin", MANDARIN)):
             for full, partial in pairs:
                 corpus.append(Utterance(source, full, True, _espeak(full, voice, work)))
-                corpus.append(Utterance(source, partial, False, _espeak(partial, voice, work)))
+                rest = full[len(partial):].strip()
+                corpus.append(Utterance(source, partial, False, _espeak(partial, voice, work),
+                                        _espeak(rest, voice, work) if rest else None))
     else:
         notes.append("espeak-ng or sox missing: synthetic sources skipped (apt-get install espeak-ng sox)")
     human = sorted(ALSA_DIR.glob("*_*.wav")) + sorted(SPHINX_DIR.glob("librivox/*.wav")) + sorted(
@@ -125,47 +142,93 @@ def build_corpus(work: Path) -> tuple[list[Utterance], list[str]]:
         for path in human:
             samples = _trim(_to_16k(path, work / "human.wav"))
             corpus.append(Utterance("human", path.name, True, samples))
-            partial = _cut_at_pause(samples)
-            if partial is not None and len(partial) > 4000:
-                corpus.append(Utterance("human", path.name + "[cut]", False, partial))
+            parts = _cut_at_pause(samples)
+            if parts is not None and len(parts[0]) > 4000:
+                corpus.append(Utterance("human", path.name + "[cut]", False, parts[0], parts[1]))
     else:
         notes.append("no human recordings (apt-get install alsa-utils pocketsphinx-testdata)")
     return corpus, notes
 
 
-async def _run_one(url: str, utterance: Utterance, seat: str, setting: str, silence_ms: int) -> Outcome:
-    frame = 640
-    lead = np.zeros(8000, dtype=np.int16)
-    pcm = np.concatenate([lead, utterance.samples]).astype("<i2").tobytes()
-    pcm += bytes((-len(pcm)) % frame)
+FRAME_BYTES = 640
+
+
+def _pcm(samples: np.ndarray) -> bytes:
+    pcm = samples.astype("<i2").tobytes()
+    return pcm + bytes((-len(pcm)) % FRAME_BYTES)
+
+
+async def _silence(session: SttSession, seat: str, ms: int, stop: asyncio.Event) -> None:
+    """Silence in real time, on absolute deadlines, until ``ms`` pass or ``stop`` is set."""
+    started = time.monotonic()
+    for index in range(ms // 20):
+        if stop.is_set():
+            return
+        await asyncio.sleep(max(0.0, started + index * 0.02 - time.monotonic()))
+        await session.send_audio(bytes(FRAME_BYTES), seat=seat)
+
+
+async def _speech(session: SttSession, seat: str, samples: np.ndarray) -> None:
+    pcm = _pcm(samples)
+    for offset in range(0, len(pcm), FRAME_BYTES):
+        await session.send_audio(pcm[offset : offset + FRAME_BYTES], seat=seat)
+
+
+async def _run_one(url: str, utterance: Utterance, seat: str, setting: str, silence_ms: int,
+                   pause_ms: int) -> Outcome:
+    received: list[tuple[float, dict]] = []
+    committed = asyncio.Event()
     async with connect(url) as session:
-        for offset in range(0, len(pcm), frame):
-            await session.send_audio(pcm[offset : offset + frame], seat=seat)
-        speech_end = time.monotonic()
-        received: list[dict] = []
+        await session.start(eager=True)
 
         async def collect() -> None:
             async for message in session.frames():
-                received.append(message)
+                received.append((time.monotonic(), message))
                 if message["type"] == "commit":
-                    return
+                    committed.set()
 
         collector = asyncio.create_task(collect())
-        started = time.monotonic()
-        for index in range(silence_ms // 20):  # trailing silence in real time
-            if collector.done():
-                break
-            await asyncio.sleep(max(0.0, started + index * 0.02 - time.monotonic()))
-            await session.send_audio(bytes(frame), seat=seat)
+        await _speech(session, seat, np.concatenate([np.zeros(8000, dtype=np.int16), utterance.samples]))
+        speech_end = time.monotonic()
+        resumed_at = None
+        if utterance.rest is not None:  # the thinking pause, then the rest unless already committed
+            await _silence(session, seat, pause_ms, committed)
+            if not committed.is_set():
+                resumed_at = time.monotonic()
+                await _speech(session, seat, utterance.rest)
+        await _silence(session, seat, silence_ms, committed)
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(collector, timeout=10)
-        commit_at = time.monotonic()
-    commits = [m for m in received if m["type"] == "commit"]
+            await asyncio.wait_for(committed.wait(), timeout=10)
+        collector.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await collector
+    frames = [m for _, m in received]
+    commits = [(at, m) for at, m in received if m["type"] == "commit"]
+    eager = sum(1 for m in frames if m["type"] == "turn_eager")
+    resumed = sum(1 for m in frames if m["type"] == "turn_resumed")
     if not commits:
-        return Outcome(utterance.source, utterance.name, utterance.complete, setting, None, None, None)
-    decision = commits[0]["metadata"]["eot"]["decision"]
+        return Outcome(utterance.source, utterance.name, utterance.complete, setting, None, None, None,
+                       eager=eager, eager_resumed=resumed)
+    commit_at, commit = commits[0]
+    decision = commit["metadata"]["eot"]["decision"]
+    cut_off = utterance.rest is not None and (resumed_at is None or commit_at < resumed_at)
     return Outcome(utterance.source, utterance.name, utterance.complete, setting, decision["reason"],
-                   decision["probability"], (commit_at - speech_end) * 1000.0)
+                   decision["probability"], (commit_at - speech_end) * 1000.0, cut_off, eager, resumed,
+                   commit["text"], decision.get("text_ending"))
+
+
+def parse_setting(spec: str) -> tuple[str, dict]:
+    """``name:section.key=value,...`` -> (name, nested overrides); values are YAML scalars."""
+    name, _, body = spec.partition(":")
+    overrides: dict = {}
+    for item in filter(None, body.split(",")):
+        path, _, raw = item.partition("=")
+        node = overrides
+        *parents, leaf = path.strip().split(".")
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = yaml.safe_load(raw)
+    return name, overrides
 
 
 def nearest_rank(values: list[float], q: float) -> float | None:
@@ -183,48 +246,55 @@ def auc(positives: list[float], negatives: list[float]) -> float | None:
 
 
 async def evaluate(corpus: list[Utterance], settings: list[str], cache: Path, work: Path, seats: int,
-                   silence_ms: int) -> list[Outcome]:
+                   silence_ms: int, pause_ms: int) -> list[Outcome]:
     outcomes: list[Outcome] = []
-    for setting in settings:
-        threshold, wait_ms = setting.split(":")
+    for spec in settings:
+        name, overrides = parse_setting(spec)
+        # The shipped defaults (the test configuration shortens some), the end-of-turn model, and
         # commit_empty: the tone model cannot transcribe real speech, and turns without text are
-        # otherwise not committed; the decision is what is evaluated here, not the text.
-        overrides = {"turn": {"model": "turnsense", "threshold": float(threshold), "wait_ms": int(wait_ms),
-                              "commit_empty": True},
-                     "vad": {"silence_ms": 300}}
-        with run_server(work, cache, overrides) as server:
+        # otherwise not committed; with it the decision is evaluated, not the text.
+        shipped = AppConfig()
+        base = {"turn": {**shipped.turn.model_dump(mode="json"), "model": "turnsense", "commit_empty": True},
+                "vad": shipped.vad.model_dump(mode="json"), "interim": shipped.interim.model_dump(mode="json"),
+                "asr": {"chunk_pause_ms": shipped.asr.chunk_pause_ms, "max_chunk_ms": shipped.asr.max_chunk_ms}}
+        with run_server(work, cache, deep_merge(base, overrides)) as server:
             pending = list(corpus)
             done = 0
             while pending:
                 batch, pending = pending[:seats], pending[seats:]
                 results = await asyncio.gather(*(
-                    _run_one(server.url, utterance, f"s{i}", setting, silence_ms) for i, utterance in enumerate(batch)))
+                    _run_one(server.url, utterance, f"s{i}", name, silence_ms, pause_ms)
+                    for i, utterance in enumerate(batch)))
                 outcomes.extend(results)
                 done += len(batch)
-                print(f"\r  setting {setting}: {done}/{len(corpus)} utterances", end="", file=sys.stderr, flush=True)
+                print(f"\r  setting {name}: {done}/{len(corpus)} utterances", end="", file=sys.stderr, flush=True)
             print(file=sys.stderr)
     return outcomes
 
 
-def report(outcomes: list[Outcome], settings: list[str], pause_ms: float) -> str:
-    lines = ["| setting (threshold:wait_ms) | source | complete: commit latency p50 / p95 ms | "
-             "incomplete committed within pause | model commits (complete / incomplete) |",
-             "|---|---|---|---|---|"]
-    for setting in settings:
-        rows = [o for o in outcomes if o.setting == setting]
+def report(outcomes: list[Outcome], names: list[str]) -> str:
+    lines = ["| setting | source | complete: commit latency p50 / p95 ms | incomplete cut off during the pause | "
+             "model commits (complete / incomplete) | turn_eager (followed by turn_resumed) |",
+             "|---|---|---|---|---|---|"]
+    for name in names:
+        rows = [o for o in outcomes if o.setting == name]
         for source in [*sorted({o.source for o in rows}), "all"]:
             chosen = [o for o in rows if source in ("all", o.source)]
             complete = [o.latency_ms for o in chosen if o.complete and o.latency_ms is not None]
             incomplete = [o for o in chosen if not o.complete]
-            early = sum(1 for o in incomplete if o.latency_ms is not None and o.latency_ms < pause_ms)
+            cut = sum(1 for o in incomplete if o.cut_off)
             model_c = sum(1 for o in chosen if o.complete and o.reason == "model")
-            model_i = sum(1 for o in incomplete if o.reason == "model")
+            model_i = sum(1 for o in incomplete if o.reason == "model" and o.cut_off)
+            eager = sum(o.eager for o in chosen)
+            wasted = sum(o.eager_resumed for o in chosen)
             p50, p95 = nearest_rank(complete, 50), nearest_rank(complete, 95)
-            lines.append(f"| {setting} | {source} | {p50:.0f} / {p95:.0f} | {early}/{len(incomplete)} | "
-                         f"{model_c}/{len(chosen) - len(incomplete)} / {model_i}/{len(incomplete)} |"
-                         if p50 is not None and p95 is not None else f"| {setting} | {source} | - | - | - |")
-    first = [o for o in outcomes if o.setting == settings[0]]
-    lines += ["", "| source | AUC of p (complete vs incomplete) | p complete (median) | p incomplete (median) |",
+            latency = f"{p50:.0f} / {p95:.0f}" if p50 is not None and p95 is not None else "-"
+            lines.append(f"| {name} | {source} | {latency} | {cut}/{len(incomplete)} | "
+                         f"{model_c}/{len(chosen) - len(incomplete)} / {model_i}/{len(incomplete)} | "
+                         f"{eager} ({wasted}) |")
+    first = [o for o in outcomes if o.setting == names[0]]
+    lines += ["", f"AUC of p, setting {names[0]} (the first decision of each utterance):", "",
+              "| source | AUC of p (complete vs incomplete) | p complete (median) | p incomplete (median) |",
               "|---|---|---|---|"]
     for source in sorted({o.source for o in first}):
         pos = [o.probability for o in first if o.source == source and o.complete and o.probability is not None]
@@ -237,11 +307,14 @@ def report(outcomes: list[Outcome], settings: list[str], pause_ms: float) -> str
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--settings", nargs="+", default=["0.5:1000", "0.7:1000", "0.9:1000", "1.0:1000"])
+    parser.add_argument("--settings", nargs="+", default=[
+        "old:vad.silence_ms=500,asr.chunk_pause_ms=200,turn.hold_unfinished=false",
+        "default", "default+whisper:asr.model=whisper-base"],
+        help="name:section.key=value,... (overrides on the evaluation's base: turnsense, commit_empty)")
     parser.add_argument("--seats", type=int, default=4, help="utterances streamed concurrently")
-    parser.add_argument("--silence-ms", type=int, default=2500, help="trailing silence streamed after speech")
-    parser.add_argument("--pause-ms", type=float, default=1500.0,
-                        help="a commit of an incomplete utterance sooner than this cuts the user off")
+    parser.add_argument("--silence-ms", type=int, default=3500, help="trailing silence streamed after speech")
+    parser.add_argument("--pause-ms", type=int, default=1500,
+                        help="the thinking pause after an incomplete utterance; a commit in it cuts the user off")
     parser.add_argument("--cache", type=Path, default=None, help="model cache (default: user cache dir)")
     parser.add_argument("--out", type=Path, help="write raw outcomes as JSON")
     args = parser.parse_args()
@@ -255,8 +328,9 @@ def main() -> int:
             print(f"note: {note}", file=sys.stderr)
         counts = {s: sum(1 for u in corpus if u.source == s) for s in sorted({u.source for u in corpus})}
         print(f"corpus: {counts}", file=sys.stderr)
-        outcomes = asyncio.run(evaluate(corpus, args.settings, cache, work, args.seats, args.silence_ms))
-    print(report(outcomes, args.settings, args.pause_ms))
+        outcomes = asyncio.run(evaluate(corpus, args.settings, cache, work, args.seats, args.silence_ms,
+                                        args.pause_ms))
+    print(report(outcomes, [parse_setting(spec)[0] for spec in args.settings]))
     if args.out:
         args.out.write_text(json.dumps([asdict(o) for o in outcomes], indent=1))
     return 0

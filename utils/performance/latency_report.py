@@ -1,14 +1,23 @@
 """Final latency vs speech length: optimised (pause-chunked, prioritised) vs naive, one run.
 
-Starts two real servers on the same model, one with the defaults and one with ``asr.naive``
-(whole-segment re-decodes, one FIFO queue: the old service's behaviour), and drives both with
-the workload harness for each seat count and utterance length, alternating between them.
-Utterances repeat a phrase with 450 ms pauses (long enough to close a chunk, shorter than the
-500 ms that ends a segment).  Reports final latency p50/p95 (nearest rank), CPU seconds the
-server spent per second of audio, and the highest seat count whose final p95 stays under
-500 ms.  A round that does not finish within length + 30 s counts its missing finals as failures.
+Starts two real servers on the same model with the shipped VAD and chunking defaults, one as
+shipped and one with ``asr.naive`` (whole-segment re-decodes, one FIFO queue: the old service's
+behaviour), and drives both with the workload harness for each seat count, utterance length,
+end of speech and pause length, alternating between them:
 
-    python utils/performance/latency_report.py --model sensevoice-bench --seats 1 4 8 --lengths 3 15 30
+* ``--vad server``: the client sends audio only (as most clients do) and ``--tail-ms`` of
+  silence after the speech; latency is from the end of the speech to its last final, so it
+  includes the server's VAD endpoint (``vad.silence_ms``). ``--vad client``: the client sends
+  ``vad stop`` when the speech ends; latency is from that frame to the final.
+* ``--pauses``: utterances repeat a phrase with pauses of this many ms between repetitions;
+  ``0`` is continuous speech (only the phrase's own 90 ms gaps, too short to close a chunk).
+
+Reports final latency p50/p95 (nearest rank), CPU seconds the server spent per second of audio,
+and the highest seat count whose final p95 stays under 500 ms. A round that does not finish
+within length + 30 s counts its missing finals as failures.
+
+    python utils/performance/latency_report.py --model sensevoice-bench --seats 4 --lengths 3 15 30 \
+        --vad server client --pauses 450 0
     python utils/performance/latency_report.py --model whisper-base \
         --wav tests/fixtures/speech/en_open_the_car_door_please.wav --naive-max-segment-ms 29000
 
@@ -54,9 +63,16 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--wav", type=Path, help="a real phrase (16 kHz mono WAV) instead of tone speech")
     parser.add_argument("--naive-max-segment-ms", type=int, default=90_000)
+    parser.add_argument("--vad", nargs="+", choices=["server", "client"], default=["server", "client"],
+                        help="who ends the speech: the server's VAD (client sends audio only) or `vad stop`")
+    parser.add_argument("--pauses", type=int, nargs="+", default=[450], help="ms between phrase repetitions")
+    parser.add_argument("--tail-ms", type=int, default=2000, help="silence after the speech (--vad server)")
+    parser.add_argument("--modes", nargs="+", choices=["optimised", "naive"], default=["optimised", "naive"])
     args = parser.parse_args()
+    from kitt_stt.config.schema import AppConfig
     from kitt_stt.models.registry import default_cache_dir
 
+    shipped = AppConfig()
     results = []
     texts: dict[tuple[str, float], str] = {}
     with tempfile.TemporaryDirectory(prefix="latency-report-") as tmp:
@@ -67,7 +83,9 @@ def main() -> int:
         else:
             spoken = (synthesize("打开车门关窗", ToneStyle(burst_ms=220, gap_ms=90)) * 32767).astype("<i2")
         write_wav_16k_mono(phrase, spoken)
-        common = {"asr": {"model": args.model}, "vad": {"silence_ms": 500, "max_segment_ms": 90_000},
+        common = {"asr": {"model": args.model, "chunk_pause_ms": shipped.asr.chunk_pause_ms,
+                          "max_chunk_ms": shipped.asr.max_chunk_ms},
+                  "vad": {**shipped.vad.model_dump(mode="json"), "max_segment_ms": 90_000},
                   "turn": {"model": None, "wait_ms": 300}, "server": {"max_seats": 16}}
         naive = {**common, "asr": {**common["asr"], "naive": True},
                  "vad": {**common["vad"], "max_segment_ms": args.naive_max_segment_ms}}
@@ -76,37 +94,52 @@ def main() -> int:
             servers = {"optimised": fast, "naive": slow}
             for seats in args.seats:
                 for length in args.lengths:
-                    for mode, server in servers.items():
-                        print(f"  {mode}: {seats} seats x {length:g} s ...", file=sys.stderr, flush=True)
-                        before = cpu_seconds(server.process.pid)
-                        rows = asyncio.run(run_workload(server.url, seats, 1, [length], args.rounds, 0, None,
-                                                        phrase, 450, progress=False))
-                        cpu = cpu_seconds(server.process.pid) - before
-                        latencies = [r.client_final_latency_ms for r in rows if r.client_final_latency_ms is not None]
-                        missing = sum(1 for r in rows if r.client_final_latency_ms is None or r.finals != 1)
-                        if seats == 1:
-                            texts[mode, length] = " / ".join(r.text for r in rows)
-                        results.append({"mode": mode, "seats": seats, "length": length,
-                                        "p50": nearest_rank(latencies, 50), "p95": nearest_rank(latencies, 95),
-                                        "missing": missing, "rows": len(rows),
-                                        "cpu_per_audio_s": cpu / (seats * length * args.rounds)})
-    print("| seats | audio | mode | final p50 (ms) | final p95 (ms) | incomplete rows | CPU s per audio s |")
-    print("|---|---|---|---|---|---|---|")
+                    for vad in args.vad:
+                        for pause in args.pauses:
+                            for mode in args.modes:
+                                server = servers[mode]
+                                print(f"  {mode}: {seats} seats x {length:g} s, {vad} VAD, pauses {pause} ms ...",
+                                      file=sys.stderr, flush=True)
+                                before = cpu_seconds(server.process.pid)
+                                rows = asyncio.run(run_workload(
+                                    server.url, seats, 1, [length], args.rounds, 0, None, phrase, pause,
+                                    progress=False, server_vad_tail_ms=args.tail_ms if vad == "server" else None))
+                                cpu = cpu_seconds(server.process.pid) - before
+                                latencies = [r.client_final_latency_ms for r in rows
+                                             if r.client_final_latency_ms is not None]
+                                missing = sum(1 for r in rows if r.client_final_latency_ms is None
+                                              or not r.checks["one_final"] or not r.checks["text"])
+                                if seats == 1 and vad == "client" and pause == args.pauses[0]:
+                                    texts[mode, length] = " / ".join(r.text for r in rows)
+                                results.append({"mode": mode, "seats": seats, "length": length, "vad": vad,
+                                                "pause": pause, "p50": nearest_rank(latencies, 50),
+                                                "p95": nearest_rank(latencies, 95), "missing": missing,
+                                                "rows": len(rows),
+                                                "cpu_per_audio_s": cpu / (seats * length * args.rounds)})
+    print("| seats | audio | end of speech | pauses | mode | final p50 (ms) | final p95 (ms) | incomplete rows | "
+          "CPU s per audio s |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for row in results:
         p50 = "-" if row["p50"] is None else f"{row['p50']:.0f}"
         p95 = "-" if row["p95"] is None or row["missing"] else f"{row['p95']:.0f}"
-        print(f"| {row['seats']} | {row['length']:g} s | {row['mode']} | {p50} | {p95} | "
+        ending = "server VAD" if row["vad"] == "server" else "vad stop"
+        pauses = f"{row['pause']} ms" if row["pause"] else "none"
+        print(f"| {row['seats']} | {row['length']:g} s | {ending} | {pauses} | {row['mode']} | {p50} | {p95} | "
               f"{row['missing']}/{row['rows']} | {row['cpu_per_audio_s']:.3f} |")
     print()
     for length in args.lengths:
-        for mode in ("optimised", "naive"):
-            ok = [r["seats"] for r in results if r["mode"] == mode and r["length"] == length
-                  and not r["missing"] and r["p95"] is not None and r["p95"] < 500]
-            print(f"{length:g} s, {mode}: highest seat count with final p95 < 500 ms: {max(ok) if ok else 'none'}")
-        by_mode = {r["mode"]: r for r in results if r["length"] == length and r["seats"] == 4}
-        if by_mode.get("naive", {}).get("p50") and by_mode.get("optimised", {}).get("p50"):
-            print(f"{length:g} s, 4 seats: naive / optimised median final latency = "
-                  f"{by_mode['naive']['p50'] / by_mode['optimised']['p50']:.1f}x")
+        for vad in args.vad:
+            for pause in args.pauses:
+                cell = [r for r in results if r["length"] == length and r["vad"] == vad and r["pause"] == pause]
+                for mode in args.modes:
+                    ok = [r["seats"] for r in cell if r["mode"] == mode and not r["missing"]
+                          and r["p95"] is not None and r["p95"] < 500]
+                    print(f"{length:g} s, {vad} VAD, pauses {pause} ms, {mode}: highest seat count with final "
+                          f"p95 < 500 ms: {max(ok) if ok else 'none'}")
+                by_mode = {r["mode"]: r for r in cell if r["seats"] == 4}
+                if by_mode.get("naive", {}).get("p50") and by_mode.get("optimised", {}).get("p50"):
+                    print(f"{length:g} s, {vad} VAD, pauses {pause} ms, 4 seats: naive / optimised median final "
+                          f"latency = {by_mode['naive']['p50'] / by_mode['optimised']['p50']:.1f}x")
     if args.wav and texts:
         print("\n1 seat, final text: pause-chunked (optimised) vs whole-segment (naive)")
         for length in args.lengths:

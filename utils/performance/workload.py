@@ -23,6 +23,7 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,27 +99,36 @@ def build_utterance(length_s: float, phrase: str | None, wav: Path | None, pause
     return audio.astype("<i2").tobytes(), (expected_unit * repeats if expected_unit else None)
 
 
-async def speak(session: SttSession, seat: str, pcm: bytes, start_at: float, row: Row) -> float:
-    """Send pre-roll + utterance on absolute deadlines, then ``vad stop``; return when it was sent."""
+async def speak(session: SttSession, seat: str, pcm: bytes, start_at: float, row: Row,
+                speech_ended: Callable[[float], None], server_vad_tail_ms: int | None = None) -> None:
+    """Send pre-roll + utterance on absolute deadlines, then end the speech: ``vad stop``, or with
+    ``server_vad_tail_ms`` that much silence in real time, for the server's VAD to end it itself.
+    ``speech_ended`` is told when the speech ended (the stop, or the last frame of speech)."""
     frames = [bytes(FRAME_BYTES)] * (PREROLL_MS // FRAME_MS)
     frames += [pcm[i : i + FRAME_BYTES] for i in range(0, len(pcm), FRAME_BYTES)]
+    speech_frames = len(frames)
+    if server_vad_tail_ms is not None:
+        frames += [bytes(FRAME_BYTES)] * (server_vad_tail_ms // FRAME_MS)
     errors = []
     for index, frame in enumerate(frames):
         deadline = start_at + index * FRAME_MS / 1000.0
         delay = deadline - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
+        if index == speech_frames:
+            speech_ended(deadline)  # the last speech frame's 20 ms are over
         errors.append((time.monotonic() - deadline) * 1000.0)
         await session.send_audio(frame, seat=seat)
-    await session.vad("stop", seat=seat)
-    stopped = time.monotonic()
+    if server_vad_tail_ms is None:
+        await session.vad("stop", seat=seat)
+        speech_ended(time.monotonic())
     row.pacing_error_ms_p95 = float(nearest_rank(errors, 95) or 0.0)
     row.pacing_error_ms_max = float(max(errors))
-    return stopped
 
 
 async def run_connection(url: str, connection: int, seats: int, pcm: bytes, expected: str | None, length_s: float,
-                         round_index: int, warmup: bool, start_at: float, timeout_s: float) -> list[Row]:
+                         round_index: int, warmup: bool, start_at: float, timeout_s: float,
+                         server_vad_tail_ms: int | None = None) -> list[Row]:
     names = [f"seat{index}" for index in range(seats)]
     rows = {name: Row(round_index, warmup, connection, name, length_s, len(pcm) // 32, expected_text=expected)
             for name in names}
@@ -143,7 +153,7 @@ async def run_connection(url: str, connection: int, seats: int, pcm: bytes, expe
                     row.finals += 1
                     row.text = join_texts([row.text, frame["text"]])
                     row.server_latency_ms = frame["server_latency_ms"]
-                    if seat in stop_times:
+                    if seat in stop_times:  # the final that came after the speech ended
                         row.client_final_latency_ms = (now - stop_times[seat]) * 1000.0
                 elif frame["type"] == "commit":
                     row.commit_reason = frame["metadata"]["eot"]["decision"]["reason"]
@@ -154,14 +164,16 @@ async def run_connection(url: str, connection: int, seats: int, pcm: bytes, expe
         receiver = asyncio.create_task(receive())
 
         async def one(name: str) -> None:
-            stop_times[name] = await speak(session, name, pcm, start_at, rows[name])
+            await speak(session, name, pcm, start_at, rows[name],
+                        lambda at: stop_times.__setitem__(name, at), server_vad_tail_ms)
 
         await asyncio.gather(*(one(name) for name in names))
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(receiver, timeout_s)
     for row in rows.values():
         row.checks = {
-            "one_final": row.finals == 1,
+            # the server's VAD ends a segment at every pause of vad.silence_ms: several finals
+            "one_final": row.finals == 1 if server_vad_tail_ms is None else row.finals >= 1,
             "text": row.expected_text is None or row.text == row.expected_text,
             "no_foreign_frames": row.foreign_frames == 0,
             "commit": row.commit_reason is not None,
@@ -170,7 +182,8 @@ async def run_connection(url: str, connection: int, seats: int, pcm: bytes, expe
 
 
 async def run_workload(url: str, seats: int, connections: int, lengths: list[float], rounds: int, warmup: int,
-                       phrase: str | None, wav: Path | None, pause_ms: int, progress: bool = True) -> list[Row]:
+                       phrase: str | None, wav: Path | None, pause_ms: int, progress: bool = True,
+                       server_vad_tail_ms: int | None = None) -> list[Row]:
     rows: list[Row] = []
     total = len(lengths) * (rounds + warmup)
     step = 0
@@ -185,7 +198,7 @@ async def run_workload(url: str, seats: int, connections: int, lengths: list[flo
             timeout = PREROLL_MS / 1000 + length_s + 30
             batches = await asyncio.gather(*(
                 run_connection(url, index, seats, pcm, expected, length_s, round_index, round_index < warmup,
-                               start_at, timeout)
+                               start_at, timeout, server_vad_tail_ms)
                 for index in range(connections)))
             rows.extend(row for batch in batches for row in batch)
     if progress:
