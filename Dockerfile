@@ -7,13 +7,22 @@
 # Both run as uid/gid 10001 and carry the embedded default models (whisper-base, TurnSense), so a
 # container starts without network access.
 
+# --- the browser console's msgpack library (docs/console.md) -----------------------------------
+# npm ci: the exact version and integrity hash in kitt_stt/console/package-lock.json, from the npm
+# registry. Plain JavaScript, so it is fetched on the build machine's platform.
+FROM --platform=$BUILDPLATFORM node:20-bookworm-slim AS console
+WORKDIR /console
+COPY kitt_stt/console/package.json kitt_stt/console/package-lock.json ./
+RUN npm ci --ignore-scripts --no-audit --no-fund
+
 # --- kitt-stt as a wheel (pure Python; built once, on the build machine's platform) -------------
 FROM --platform=$BUILDPLATFORM python:3.11-slim-bookworm AS wheel
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md MANIFEST.in ./
 COPY kitt_stt ./kitt_stt
+COPY --from=console /console/node_modules ./kitt_stt/console/node_modules
 RUN python -m pip wheel --no-deps --wheel-dir /dist .
 
 # --- the embedded default models ---------------------------------------------------------------

@@ -11,8 +11,15 @@ STAMP310 := $(VENV310)/.installed-stamp
 # Models fetched and converted once, shared by the runs on both Pythons (torch, which converts
 # whisper-base, has no CPU wheel on PyPI for 3.10).
 TEST_MODELS := $(CURDIR)/.cache/test-models
+# The browser console's msgpack library: `npm ci` installs the version and integrity hash that
+# kitt_stt/console/package-lock.json pins, from the npm registry, into the git-ignored node_modules/.
+CONSOLE := kitt_stt/console
+CONSOLE_LIB := $(CONSOLE)/node_modules/@msgpack/msgpack/dist.umd/msgpack.min.js
+# The browser tests' Chromium: Debian's (Playwright drives it; a driver's own browser download does
+# not work on these machines). Installed when missing, with a CJK font for the screenshots.
+CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: serve test test-py310 lint typecheck unit clean
+.PHONY: serve console test test-py310 lint typecheck unit clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,17 +35,35 @@ $(STAMP310): pyproject.toml
 	$(VENV310)/bin/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP310)
 
-## Run the service on the embedded default model (built on first start), on 127.0.0.1:8000.
+$(CONSOLE_LIB): $(CONSOLE)/package.json $(CONSOLE)/package-lock.json
+	@command -v npm >/dev/null || { echo "make: npm not found: install Node.js and npm for the console's msgpack library"; exit 1; }
+	npm ci --prefix $(CONSOLE) --ignore-scripts --no-audit --no-fund --loglevel=error
+	touch $(CONSOLE_LIB)
+
+$(CHROMIUM):
+	@echo "make: installing Debian's chromium for the browser tests (needs root; or set CHROMIUM=/path/to/chromium)"
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-wqy-microhei
+
+## The browser console's library (docs/console.md).
+console: $(CONSOLE_LIB)
+
+## Run the service on the embedded default model (built on first start), on 127.0.0.1:8000. Without
+## npm the service still starts; the console page then says what it is missing.
 serve: $(STAMP)
+	@$(MAKE) --no-print-directory console || echo "make: the browser console will not work until npm installs its library"
+	@$(VENV)/bin/kitt-stt config show --config config.yaml --json | $(PY) -c 'import json, sys; \
+	  s = json.load(sys.stdin)["server"]; \
+	  print("console: http://%s:%s/console/ (once the service is ready)" % (s["host"], s["port"]) if s["console"] else "console: off")'
 	$(VENV)/bin/kitt-stt serve --config config.yaml
 
 ## Lint, type-check and run the whole test suite on Python 3.11+ and on 3.10 (real servers on loopback ports).
-test: lint typecheck
-	KITT_STT_TEST_MODEL_CACHE=$(TEST_MODELS) $(PY) -m pytest
+test: lint typecheck $(CONSOLE_LIB) $(CHROMIUM)
+	KITT_STT_TEST_MODEL_CACHE=$(TEST_MODELS) CHROMIUM=$(CHROMIUM) $(PY) -m pytest
 	$(MAKE) --no-print-directory test-py310
 
-test-py310: $(STAMP310)
-	KITT_STT_TEST_MODEL_CACHE=$(TEST_MODELS) $(VENV310)/bin/python -m pytest
+test-py310: $(STAMP310) $(CONSOLE_LIB) $(CHROMIUM)
+	KITT_STT_TEST_MODEL_CACHE=$(TEST_MODELS) CHROMIUM=$(CHROMIUM) $(VENV310)/bin/python -m pytest
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check kitt_stt tests utils
@@ -47,4 +72,4 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
 clean:
-	rm -rf $(VENV) $(VENV310) .cache/test-models .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VENV310) .cache/test-models .cache/test-artefacts $(CONSOLE)/node_modules .pytest_cache .mypy_cache .ruff_cache

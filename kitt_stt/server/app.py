@@ -1,4 +1,4 @@
-"""The FastAPI application: the WebSocket endpoint, ``/healthz`` and ``/readyz``.
+"""The FastAPI application: the WebSocket endpoint, ``/healthz``, ``/readyz`` (and ``/console/``, docs/console.md).
 
 The model is validated before the app is built (so a broken model fails start-up with a clear
 message). Building the engine (minutes for a TensorRT engine on an Orin) and the warm-up run in
@@ -25,6 +25,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from kitt_stt.asr.engine import AsrEngine
 from kitt_stt.asr.factory import EnginePlan, PendingEngine
 from kitt_stt.config.schema import AppConfig
+from kitt_stt.console.routes import mount_console
 from kitt_stt.observability.logbuffer import RecentLogBuffer
 from kitt_stt.observability.metrics import Metrics
 from kitt_stt.observability.trace import Tracer, TraceWriter
@@ -89,6 +90,8 @@ def create_app(config: AppConfig, engine: AsrEngine | EnginePlan, turn_model: Tu
 
     app = FastAPI(title="kitt-stt", lifespan=lifespan)
     app.state.service = state
+    if config.server.console:
+        mount_console(app, config)
 
     @app.get("/healthz")
     async def healthz() -> JSONResponse:

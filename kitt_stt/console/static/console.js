@@ -1,0 +1,207 @@
+// The console page: settings, the session, the audio sources and the live view wired together.
+// Each source streams to the seat named when it started, so the microphone and a WAV file can
+// feed two seats of one session at once.
+
+import { startFile, startMicrophone } from "./capture.js";
+import { decode, Session } from "./session.js";
+import { LiveView } from "./view.js";
+import { closeText } from "./words.js";
+
+/** After a WAV file ends, silence keeps flowing until its turn is committed, at most this long. */
+const FILE_TAIL_MAX_MS = 15000;
+/** ...and at least this long, so the VAD sees the silence that ends the last segment. */
+const FILE_TAIL_MIN_MS = 1000;
+
+/** Each source's button and its two labels. */
+const CONTROLS = {
+  microphone: { button: "mic", idle: "Start microphone", busy: "Stop microphone" },
+  file: { button: "file-start", idle: "Stream file", busy: "Stop file" },
+};
+
+const $ = (id) => document.getElementById(id);
+const settings = await (await fetch("settings.json")).json();
+const view = new LiveView($("seats"), $("other"), $("errors"), showReady);
+let session = null;
+let connecting = null;
+const sources = { microphone: null, file: null };
+const seq = new Map();
+
+window.kittConsole = {
+  /** One server message, as the socket would deliver it (for tests and for trying new frames). */
+  receive: (bytes) => view.handle(decode(bytes)),
+};
+
+setUp();
+
+function setUp() {
+  for (const language of settings.languages) $("language").append(new Option(language, language));
+  $("language").value = settings.language;
+  $("interim").checked = settings.interim;
+  $("token").placeholder = settings.auth_required
+    ? "this server requires one (sent as ?token= in the WebSocket URL)" : "not required by this server";
+  for (const id of ["language", "interim", "eager", "hotwords"]) {
+    $(id).addEventListener("change", () => reconfigure(id));
+  }
+  $("connect").addEventListener("click", () => (session ? disconnect() : connect().catch(() => {})));
+  $("mic").addEventListener("click", () => toggle("microphone"));
+  $("file-start").addEventListener("click", () => toggle("file"));
+  if (!window.MessagePack) {
+    $("missing").hidden = false;
+    for (const button of document.querySelectorAll("button")) button.disabled = true;
+    status("cannot work: the msgpack library is missing", "bad");
+  }
+}
+
+/** The value of one session setting, as ``start`` and ``configure`` carry it. */
+function setting(id) {
+  if (id === "hotwords") return $("hotwords").value.split(",").map((word) => word.trim()).filter(Boolean);
+  return $(id).type === "checkbox" ? $(id).checked : $(id).value;
+}
+
+/** Open a session (once; concurrent callers share it). */
+function connect() {
+  if (session?.isOpen) return Promise.resolve();
+  if (connecting) return connecting;
+  // hotwords and eager only when set: otherwise the server's defaults apply (asr.hotwords, turn.eager_events)
+  const start = { type: "start", language: setting("language"), interim: setting("interim"),
+                  client: "kitt-stt console" };
+  if (setting("hotwords").length > 0) start.hotwords = setting("hotwords");
+  if (setting("eager")) start.eager = true;
+  const opening = new Session(socketUrl(), { onFrame: (frame, at) => view.handle(frame, at), onClose: closed });
+  view.reset();
+  seq.clear();
+  status("connecting…");
+  connecting = opening.open(start).then(
+    () => {
+      session = opening;
+      connecting = null;
+      status("connected", "good");
+      $("connect").textContent = "Disconnect";
+    },
+    (error) => {
+      connecting = null;
+      throw error;
+    },
+  );
+  return connecting;
+}
+
+function socketUrl() {
+  const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+  const token = $("token").value.trim();
+  return `${scheme}//${location.host}${settings.path}${token ? `?token=${encodeURIComponent(token)}` : ""}`;
+}
+
+function disconnect() {
+  stopSource("microphone");
+  stopSource("file");
+  session?.close();
+  status("closing…");
+}
+
+function closed(event, opened) {
+  session = null;
+  stopSource("microphone", false);
+  stopSource("file", false);
+  $("connect").textContent = "Connect";
+  const normal = event.code === 1000;
+  status(normal ? "not connected" : "disconnected", normal ? "" : "bad");
+  view.note(closeText(event, opened, settings.auth_required), normal ? "notice" : "error");
+}
+
+/** A setting changed during a session: send that one (it applies from the next segment). */
+function reconfigure(id) {
+  if (session?.isOpen) session.send({ type: "configure", [id]: setting(id) });
+}
+
+async function toggle(kind) {
+  if (sources[kind]) {
+    stopSource(kind);
+    return;
+  }
+  const seat = $("seat").value.trim() || "default";
+  const button = $(CONTROLS[kind].button);
+  button.disabled = true;
+  try {
+    if (kind === "file" && !$("file").files[0]) throw new Error("choose a WAV file first");
+    const other = sources[kind === "microphone" ? "file" : "microphone"];
+    if (other?.seat === seat) throw new Error(`seat ${seat} is already streaming; name another seat`);
+    await connect();
+    const onFrame = (pcm, peak) => sendAudio(kind, seat, pcm, peak);
+    const capture = kind === "microphone"
+      ? await startMicrophone(onFrame)
+      : await startFile($("file").files[0], onFrame, () => fileEnded(seat));
+    sources[kind] = { capture, seat };
+    button.textContent = CONTROLS[kind].busy;
+    $(`${kind}-state`).textContent = `→ seat ${seat} (${capture.sampleRate} Hz resampled to 16 kHz)`;
+  } catch (error) {
+    // a session that could not open has said why already (closed())
+    if (error instanceof Error) view.note(`Cannot start the ${kind}: ${error.message}`, "error");
+  } finally {
+    button.disabled = false;
+  }
+}
+
+/** Stop a source; ``flush``: ask the service to finish the seat's turn now (``finalize``). */
+function stopSource(kind, flush = true) {
+  const source = sources[kind];
+  if (!source) return;
+  sources[kind] = null;
+  source.capture.stop();
+  if (flush) session?.send({ type: "finalize", seat: source.seat });
+  $(CONTROLS[kind].button).textContent = CONTROLS[kind].idle;
+  $(`${kind}-state`).textContent = "";
+  $(`${kind}-level`).value = 0;
+}
+
+/** The file is over: keep sending silence until the service commits its turn (or a cap), then stop. */
+function fileEnded(seat) {
+  const source = sources.file;
+  const ended = performance.now();
+  $("file-state").textContent = `→ seat ${seat}: file ended, waiting for the end of the turn`;
+  const check = setInterval(() => {
+    const waited = performance.now() - ended;
+    if (sources.file !== source) {
+      clearInterval(check);
+    } else if ((waited >= FILE_TAIL_MIN_MS && !view.pending(seat)) || waited >= FILE_TAIL_MAX_MS) {
+      clearInterval(check);
+      stopSource("file");
+    }
+  }, 100);
+}
+
+function sendAudio(kind, seat, pcm, peak) {
+  if (!session?.isOpen) return;
+  const next = seq.get(seat) ?? 0;
+  seq.set(seat, next + 1);
+  session.send({ type: "audio", seat, seq: next, pcm: new Uint8Array(pcm) });
+  view.audioSent(seat, performance.now());
+  $(`${kind}-level`).value = peak;
+}
+
+function showReady(frame) {
+  const { model = {}, limits = {} } = frame;
+  const hotwords = model.hotwords ? "applied" : "accepted but not applied by this engine";
+  $("ready").replaceChildren(
+    fact("model", `${model.name} (${model.kind}) on ${model.provider}; hotwords ${hotwords}`),
+    fact("limits", `${limits.sample_rate} Hz, ${limits.frame_ms} ms frames (at most ${limits.max_frame_ms} ms), ` +
+                   `${limits.max_seats} seats, segments up to ${limits.max_segment_ms} ms, ` +
+                   `audio at up to ${limits.realtime_factor}× real time (burst ${limits.burst_ms} ms)`),
+    fact("session", `${frame.session_id} (protocol ${frame.protocol})`),
+  );
+}
+
+function fact(name, value) {
+  const row = document.createElement("div");
+  const label = document.createElement("dt");
+  const text = document.createElement("dd");
+  label.textContent = name;
+  text.textContent = value;
+  row.append(label, text);
+  return row;
+}
+
+function status(text, kind = "") {
+  $("status").textContent = text;
+  $("status").className = `status ${kind}`;
+}

@@ -1,0 +1,267 @@
+"""The browser console in a real browser: Debian's Chromium, headless, driven by Playwright
+(its own browser download does not work here; the system Chromium does, and ``make test``
+installs it when missing). Chromium's fake capture device plays a tone-model WAV as the
+microphone, so the page's AudioWorklet resamples real 44.1/48 kHz capture to 16 kHz and the tone
+model still has to hear the exact text. Each test saves a screenshot under
+``.cache/test-artefacts/``. A browser that cannot start fails these tests with the reason: they
+are never skipped."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import numpy as np
+import pytest
+from playwright.sync_api import Browser, Error, Page, sync_playwright
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+from kitt_stt.audio.wavfile import write_wav_16k_mono
+from tests.helpers import RunningServer, run_server, tone_pcm
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTEFACTS = Path(os.environ.get("KITT_STT_TEST_ARTEFACTS", ROOT / ".cache" / "test-artefacts"))
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+#: What these machines need (root, a closed network; docs/console.md). Playwright adds --headless
+#: and a fresh, empty --user-data-dir for every launch.
+CHROMIUM_FLAGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync",
+    "--use-fake-ui-for-media-stream",  # grant the microphone without a prompt
+    "--use-fake-device-for-media-stream",  # ...which is a fake capture device
+]
+#: A name for this machine that is not loopback to the browser: a page there is not a secure context.
+REMOTE_NAME = "kitt.test"
+TOKEN = "console-test-token"
+SPOKEN = "打开车门"  # through the fake microphone
+FILE_TEXT = "关车窗"  # through a WAV file
+
+
+def wav_of(path: Path, text: str, lead_ms: float, tail_ms: float) -> Path:
+    write_wav_16k_mono(path, np.frombuffer(tone_pcm(text, lead_ms=lead_ms, tail_ms=tail_ms), dtype="<i2"))
+    return path
+
+
+@pytest.fixture(scope="module")
+def console_server(tmp_path_factory: pytest.TempPathFactory, model_cache: Path) -> Iterator[RunningServer]:
+    """A tone-model server that wants a token, so the page's ``?token=`` is exercised too."""
+    with run_server(tmp_path_factory.mktemp("console"), model_cache, {"server": {"auth_token": TOKEN}}) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
+    # Chromium loops the capture file: the silence after the speech lets the VAD end the segment
+    # and the turn commit before the speech comes round again.
+    microphone = wav_of(tmp_path_factory.mktemp("capture") / "microphone.wav", SPOKEN, lead_ms=500, tail_ms=4000)
+    with sync_playwright() as playwright:
+        try:
+            launched = playwright.chromium.launch(
+                executable_path=CHROMIUM, args=[*CHROMIUM_FLAGS, f"--use-file-for-fake-audio-capture={microphone}",
+                                                f"--host-resolver-rules=MAP {REMOTE_NAME} 127.0.0.1"])
+        except Error as exc:
+            pytest.fail(f"Chromium ({CHROMIUM}) did not start: {exc}\n`make test` installs Debian's chromium "
+                        "(apt-get install chromium); elsewhere set CHROMIUM to a Chromium or Chrome binary")
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser: Browser, console_server: RunningServer, request: pytest.FixtureRequest) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1100, "height": 800})
+    page = context.new_page()
+    problems: list[str] = []
+    page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+    # the browser logs a refused WebSocket upgrade as an error; the page explains it (tested below)
+    page.on("console", lambda message: problems.append(message.text)
+            if message.type == "error" and "WebSocket handshake" not in message.text else None)
+    page.goto(f"{console_server.http}/console/")
+    page.wait_for_function("window.kittConsole !== undefined")
+    yield page
+    ARTEFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=ARTEFACTS / f"console-{request.node.name}-py{sys.version_info[0]}{sys.version_info[1]}.png",
+                    full_page=True)
+    context.close()
+    assert not problems, problems
+
+
+def first_turn(page: Page, seat: str) -> dict[str, Any]:
+    """Wait for the seat's first commit; its texts as the page shows them."""
+    card = f'.seat[data-seat="{seat}"]'
+    try:
+        page.wait_for_selector(f'{card} .turn[data-turn="1"] .commit', timeout=20_000)
+    except PlaywrightTimeout:
+        raise AssertionError(f"no commit on seat {seat} in 20 s; the page shows:\n{page.inner_text('body')}") from None
+    turn = f'{card} .turn[data-turn="1"]'
+    return {
+        "commit": page.inner_text(f"{turn} .commit .text"),
+        "finals": page.locator(f"{turn} .segment.final .text").all_inner_texts(),
+        "decision": page.inner_text(f"{turn} .decision"),
+        "detail": page.inner_text(f"{turn} .segment.final .detail"),
+        "timeline_bars": page.locator(f"{turn} svg.timeline .bar").count(),
+    }
+
+
+def test_microphone_speech_appears_as_interims_final_and_commit(page: Page) -> None:
+    # every text the interim line shows, recorded as it changes (it is replaced by the final)
+    page.evaluate("""() => {
+        window.interimsSeen = [];
+        new MutationObserver(() => {
+            const line = document.querySelector('.seat[data-seat="driver"] .interim');
+            if (line && !line.hidden && line.textContent !== window.interimsSeen.at(-1)) {
+                window.interimsSeen.push(line.textContent);
+            }
+        }).observe(document.getElementById("seats"), { subtree: true, childList: true, characterData: true,
+                                                         attributes: true });
+    }""")
+    page.fill("#token", TOKEN)
+    page.fill("#seat", "driver")
+    page.click("#mic")
+    turn = first_turn(page, "driver")
+    assert turn["finals"] == [SPOKEN] and turn["commit"] == SPOKEN
+    interims = page.evaluate("window.interimsSeen")
+    assert interims and all(text.startswith("#1 ") and SPOKEN.startswith(text[3:]) for text in interims), interims
+    assert "end of turn: timeout" in turn["decision"] and "waited" in turn["decision"]  # TEST_CONFIG: no model
+    assert "ms after the segment ended" in turn["detail"] and "end: silence" in turn["detail"]
+    assert turn["timeline_bars"] == 4  # speech, VAD silence, final, end-of-turn wait
+    assert "tone (tone) on cpu" in page.inner_text("#ready")
+    assert "resampled to 16 kHz" in page.inner_text("#microphone-state")
+    page.click("#mic")  # stop: finalize, the session stays open
+    page.wait_for_selector("#mic:has-text('Start microphone')")
+
+
+def test_a_wav_file_streams_through_the_page(page: Page, tmp_path: Path) -> None:
+    page.fill("#token", TOKEN)
+    page.fill("#seat", "passenger")
+    page.set_input_files("#file", str(wav_of(tmp_path / "close-window.wav", FILE_TEXT, lead_ms=300, tail_ms=300)))
+    page.click("#file-start")
+    turn = first_turn(page, "passenger")
+    assert turn["finals"] == [FILE_TEXT] and turn["commit"] == FILE_TEXT
+    # after the file, silence flows until the turn is committed; then the source stops by itself
+    page.wait_for_selector("#file-start:has-text('Stream file')", timeout=10_000)
+    assert page.locator('.seat[data-seat="driver"]').count() == 0
+
+
+def test_a_wrong_token_is_explained(page: Page) -> None:
+    page.fill("#token", "not-the-token")
+    page.click("#connect")
+    page.wait_for_selector(".errors .error")
+    assert "requires a token" in page.inner_text(".errors")
+    assert page.inner_text("#status") == "disconnected"
+
+
+def test_a_refused_setting_is_explained(page: Page) -> None:
+    page.fill("#token", TOKEN)
+    page.click("#connect")
+    page.wait_for_function("document.getElementById('status').textContent === 'connected'")
+    page.fill("#hotwords", "ratio:high")  # `high` is no boost: the server answers bad_field
+    page.dispatch_event("#hotwords", "change")
+    page.wait_for_selector(".errors .error")
+    assert page.inner_text(".errors").startswith("The server refused a setting or a field: ")
+    assert "ratio:high" in page.inner_text(".errors")
+    assert page.inner_text("#status") == "connected"  # not fatal
+
+
+def test_audio_on_a_plain_http_remote_page_says_it_needs_https(browser: Browser,
+                                                               console_server: RunningServer) -> None:
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"http://{REMOTE_NAME}:{console_server.port}/console/")
+    page.wait_for_function("window.kittConsole !== undefined")
+    assert page.evaluate("window.isSecureContext") is False
+    page.fill("#token", TOKEN)
+    page.click("#mic")
+    page.wait_for_selector(".errors .error")
+    assert "Cannot start the microphone: audio needs a secure page" in page.inner_text(".errors")
+    assert page.locator("#mic").inner_text() == "Start microphone"
+    context.close()
+
+
+def receive(page: Page, frame: dict[str, Any]) -> None:
+    """Hand the page one server message, msgpack-encoded, as its socket would."""
+    page.evaluate("bytes => kittConsole.receive(new Uint8Array(bytes))", list(msgpack.packb(frame)))
+
+
+def final_frame(segment_id: int, text: str) -> dict[str, Any]:
+    return {"type": "final", "seat": "driver", "segment_id": segment_id, "text": text, "start_ms": 0, "end_ms": 600,
+            "lang": "zh", "emotion": None, "event": None, "server_latency_ms": 3.0, "timing": {"decode_ms": 2.0},
+            "end_reason": "silence"}
+
+
+def test_frames_the_page_does_not_know_are_shown_raw(page: Page) -> None:
+    receive(page, {"type": "speech_start", "seat": "driver", "segment_id": 1, "audio_ms": 0})
+    receive(page, {"type": "wake", "seat": "driver", "segment_id": 1, "phrase": "hey kitt", "text": "hey kitt open",
+                   "audio_ms": 900, "audio": b"\x00\x01\x02"})
+    receive(page, final_frame(1, "打开"))
+    receive(page, {"type": "fleet_notice", "message": "no seat here"})
+    wake = page.locator('.seat[data-seat="driver"] pre.raw[data-type="wake"]')
+    assert wake.count() == 1
+    assert '"phrase":"hey kitt"' in wake.inner_text() and "<bin 3 bytes>" in wake.inner_text()
+    assert page.locator("pre.raw").count() == 2  # speech_start and final are rendered, not dumped
+    assert page.locator('#other pre.raw[data-type="fleet_notice"]').count() == 1
+    assert page.inner_text('.seat[data-seat="driver"] .segment.final .text') == "打开"
+
+
+def test_a_commit_takes_its_segments_and_its_raw_frames_and_noise_leaves(page: Page) -> None:
+    for segment_id, text in ((1, ""), (2, "打开"), (3, "车门")):
+        receive(page, {"type": "speech_start", "seat": "driver", "segment_id": segment_id, "audio_ms": 0})
+        receive(page, final_frame(segment_id, text))
+    receive(page, {"type": "turn_eager", "seat": "driver", "turn_id": 1, "text": "打开", "probability": 0.7})
+    assert page.locator('.turn.open .segment').count() == 3  # noise shown until a later turn commits
+    receive(page, {"type": "commit", "seat": "driver", "turn_id": 1, "text": "打开", "segment_ids": [2],
+                   "metadata": {"eot": {"decision": {"reason": "model", "probability": 0.93, "threshold": 0.9,
+                                                     "wait_ms": 120.0, "model_ms": 40.0, "text_ending": "open"}}}})
+    turn = page.locator('.turn[data-turn="1"]')
+    assert turn.locator(".segment").all_inner_texts() == [page.locator('.segment[data-segment="2"]').inner_text()]
+    assert turn.locator('pre.raw[data-type="turn_eager"]').count() == 1
+    assert turn.locator("svg.timeline").count() == 1
+    assert turn.locator(".decision").inner_text() == (
+        "end of turn: model · probability 0.93 ≥ threshold 0.9 · waited 120 ms after the speech ended · "
+        "model 40 ms · text ending open")
+    # segment 1 (no text) left with the commit; segment 3 waits for its own turn
+    assert page.locator(".turn.open .segment").all_inner_texts() == [
+        page.locator('.segment[data-segment="3"]').inner_text()]
+
+
+def test_a_missing_msgpack_library_is_said_on_the_page(browser: Browser, console_server: RunningServer) -> None:
+    context = browser.new_context()
+    page = context.new_page()
+    page.route("**/console/vendor/msgpack.min.js", lambda route: route.fulfill(status=404, body="missing"))
+    page.goto(f"{console_server.http}/console/")
+    page.wait_for_selector("#missing", state="visible")
+    assert "npm ci --prefix kitt_stt/console" in page.inner_text("#missing")
+    assert page.is_disabled("#mic") and page.is_disabled("#connect")
+    context.close()
+
+
+def test_the_resampler_keeps_speech_and_removes_what_16khz_cannot_carry(page: Page) -> None:
+    """The worklet's resampler, imported into the page: 1 kHz passes unchanged from 48 and
+    44.1 kHz, 9 kHz (which would fold back to 7 kHz) is gone, 16 kHz passes through as is."""
+    measured = page.evaluate("""async () => {
+        const { Resampler } = await import(new URL("static/resampler.js", location.href));
+        const run = (inRate, hz) => {
+            const resampler = new Resampler(inRate, 16000);
+            const out = [];
+            for (let start = 0; start < inRate; start += 128) {
+                const block = new Float32Array(128).map((_, i) => Math.sin(2 * Math.PI * hz * (start + i) / inRate));
+                out.push(...resampler.push(block));
+            }
+            let error = 0, peak = 0;
+            for (let i = 4000; i < 12000; i++) {
+                error = Math.max(error, Math.abs(out[i] - Math.sin(2 * Math.PI * hz * i / 16000)));
+                peak = Math.max(peak, Math.abs(out[i]));
+            }
+            return { count: out.length, error, peak };
+        };
+        return { r48: run(48000, 1000), r44: run(44100, 1000), stop48: run(48000, 9000),
+                 stop44: run(44100, 9000), same: run(16000, 1000) };
+    }""")
+    for key in ("r48", "r44"):
+        assert abs(measured[key]["count"] - 16000) < 60, measured
+        assert measured[key]["error"] < 0.01, measured
+    assert measured["stop48"]["peak"] < 1e-3 and measured["stop44"]["peak"] < 1e-3, measured
+    assert measured["same"]["error"] < 1e-6, measured
