@@ -186,7 +186,7 @@ class AsrConfig(_Section):
     max_queue: int = Field(default=256, ge=1)
     use_itn: bool = True
     hotwords: list[str] = []
-    chunk_pause_ms: int = Field(default=200, ge=0)
+    chunk_pause_ms: int = Field(default=100, ge=0)
     max_chunk_ms: int = Field(default=10_000, ge=1000)
     interim_queue_budget_ms: int = Field(default=300, ge=0)
     naive: bool = False
@@ -203,7 +203,7 @@ class VadConfig(_Section):
     aggressiveness: int = Field(default=2, ge=0, le=3)
     start_ms: int = Field(default=60, ge=20)
     start_window_ms: int = Field(default=100, ge=20)
-    silence_ms: int = Field(default=500, ge=60)
+    silence_ms: int = Field(default=200, ge=60)
     preroll_ms: int = Field(default=300, ge=0, le=2000)
     max_segment_ms: int = Field(default=30_000, ge=1000)
 

@@ -330,9 +330,11 @@ class SeatPipeline:
         """Emit the segment's final: the closed chunks' texts and, unless the tail held no speech,
         the tail's decode (``decode`` None: the chunks say everything; the last one's tags count)."""
         text, lang, emotion, event, timing = "", None, None, None, {}
+        chunks_ready = segment.ended_at
         try:
+            earlier = await self._chunk_outcomes(segment)
+            chunks_ready = time.perf_counter()
             outcome = await decode if decode is not None else None
-            earlier = await self._chunk_outcomes(segment) if outcome is not None or decode is None else None
         except Exception as exc:
             log.exception("final decode failed (seat %s, segment %d)", self.seat, segment.segment_id,
                           extra={"segment": segment.segment_id})
@@ -349,7 +351,8 @@ class SeatPipeline:
             timing = {"queue_ms": round(outcome.queue_ms, 2) if outcome else 0.0,
                       "decode_ms": round(outcome.decode_ms, 2) if outcome else 0.0,
                       "batch": outcome.batch_size if outcome else 0, "chunks": len(pieces),
-                      "tail_audio_ms": request.samples.shape[0] // 16 if request is not None else 0}
+                      "tail_audio_ms": request.samples.shape[0] // 16 if request is not None else 0,
+                      "chunk_wait_ms": round(max(0.0, chunks_ready - segment.ended_at) * 1000.0, 2)}
         if previous is not None:
             await asyncio.shield(previous)
         latency_ms = (time.perf_counter() - segment.ended_at) * 1000.0

@@ -307,10 +307,17 @@ def report(outcomes: list[Outcome], names: list[str]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    # The tone model hears no words in real speech (it writes stray "A"s, the English article),
+    # so its settings leave the words out; the whisper-base ones show what holding on them does.
     parser.add_argument("--settings", nargs="+", default=[
-        "old:vad.silence_ms=500,asr.chunk_pause_ms=200,turn.hold_unfinished=false",
-        "default", "default+whisper:asr.model=whisper-base"],
-        help="name:section.key=value,... (overrides on the evaluation's base: turnsense, commit_empty)")
+        "0.1:vad.silence_ms=500,asr.chunk_pause_ms=200,turn.hold_unfinished=false",
+        "silence300:vad.silence_ms=300,asr.chunk_pause_ms=150,turn.hold_unfinished=false",
+        "default:turn.hold_unfinished=false",
+        "wait1000:turn.wait_ms=1000,turn.hold_unfinished=false",
+        "threshold0.95:turn.threshold=0.95,turn.hold_unfinished=false",
+        "whisper,no-hold:asr.model=whisper-base,turn.hold_unfinished=false",
+        "whisper:asr.model=whisper-base"],
+        help="name:section.key=value,... (overrides on the shipped defaults, with turnsense and commit_empty)")
     parser.add_argument("--seats", type=int, default=4, help="utterances streamed concurrently")
     parser.add_argument("--silence-ms", type=int, default=3500, help="trailing silence streamed after speech")
     parser.add_argument("--pause-ms", type=int, default=1500,

@@ -174,7 +174,8 @@ async def run_connection(url: str, connection: int, seats: int, pcm: bytes, expe
         row.checks = {
             # the server's VAD ends a segment at every pause of vad.silence_ms: several finals
             "one_final": row.finals == 1 if server_vad_tail_ms is None else row.finals >= 1,
-            "text": row.expected_text is None or row.text == row.expected_text,
+            # segments (and chunks) of Latin tone text join with spaces; the tone words have none
+            "text": row.expected_text is None or row.text.replace(" ", "") == row.expected_text,
             "no_foreign_frames": row.foreign_frames == 0,
             "commit": row.commit_reason is not None,
         }
