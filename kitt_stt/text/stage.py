@@ -1,0 +1,98 @@
+"""The text stage: the steps every interim, final and commit text goes through before it is sent.
+
+Steps, in order: script conversion (:mod:`.script`), wake-phrase detection and stripping
+(:mod:`.wake`), inverse text normalisation (:mod:`.itn`).  Interims get the cheap two (tens of
+microseconds); finals and commits all three (ITN costs a millisecond or more, so those run off the
+event loop).  Engines still strip their own tags (``kitt_stt/asr/text.py``): SenseVoice's tags carry
+the language, emotion and event the engine reports, so they are parsed where they are read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from pydantic import BaseModel, ConfigDict
+
+from kitt_stt.text.itn import WetextNormalizer
+from kitt_stt.text.language import TextLanguage, text_language
+from kitt_stt.text.script import OpenCCConverter, ScriptMode
+from kitt_stt.text.tokens import tokenize
+from kitt_stt.text.wake import PinyinWakeDetector, WakeMatch, WakeMode, WakeSettings
+
+
+class TextSettings(BaseModel):
+    """A session's text settings (``start``/``configure``; defaults under ``text:`` in config)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    script: ScriptMode = ScriptMode.SIMPLIFIED
+    #: Numbers as digits where the engine did not write them so (Whisper; SenseVoice's own
+    #: ``use_itn`` stays).
+    itn: bool = True
+
+
+@dataclass(frozen=True)
+class StagedText:
+    """A text ready to send: ``text`` without the wake phrase, and the wake phrase found, if any
+    (``wake.rest`` is ``text``)."""
+
+    text: str
+    wake: WakeMatch | None = None
+
+
+class TextStage:
+    """The steps for one session's settings.  Immutable, so any thread may use it; build a new one
+    when ``start``/``configure`` changes the settings (cheap: the wake phrases are tokenised, the
+    converters and grammars are shared by the process)."""
+
+    def __init__(self, text: TextSettings | None = None, wake: WakeSettings | None = None) -> None:
+        self.text_settings = text or TextSettings()
+        self.wake_settings = wake or WakeSettings()
+        self._detector = None if self.wake_settings.mode is WakeMode.OFF else PinyinWakeDetector(self.wake_settings)
+        self._converters = {script: OpenCCConverter(script)
+                            for script in (ScriptMode.SIMPLIFIED, ScriptMode.TRADITIONAL)}
+        self._itn = WetextNormalizer()
+
+    def interim(self, text: str, lang: str | None = None) -> StagedText:
+        """Cheap steps only (script conversion, wake detection and stripping): safe on the event
+        loop.  ``lang``: the language the engine reported, if any."""
+        return self._wake(self._convert(text, self._script(text_language(lang, text))))
+
+    def final(self, text: str, lang: str | None = None, engine_itn: bool = False) -> StagedText:
+        """Every step, for a segment's final text or a turn's joined text before its commit.
+
+        ``engine_itn``: the engine already normalised this text (SenseVoice with ``use_itn``), so
+        ITN is skipped.  The Mandarin grammars read simplified characters: a session that wants
+        traditional ones gets them converted after ITN.
+        """
+        language = text_language(lang, text)
+        script = self._script(language)
+        normalize = self.text_settings.itn and not engine_itn and language is not None
+        working = ScriptMode.SIMPLIFIED if script is ScriptMode.TRADITIONAL and normalize else script
+        staged = self._wake(self._convert(text, working))
+        if not normalize or language is None:
+            return staged
+        result = self._convert(self._itn.normalize(staged.text, language), script)
+        if staged.wake is None:
+            return StagedText(result)
+        return StagedText(result, replace(staged.wake, heard=self._convert(staged.wake.heard, script), rest=result))
+
+    def _script(self, language: TextLanguage | None) -> ScriptMode:
+        return self.text_settings.script if language is TextLanguage.ZH else ScriptMode.AS_IS
+
+    def _convert(self, text: str, script: ScriptMode) -> str:
+        converter = self._converters.get(script)
+        return text if converter is None else converter.convert(text)
+
+    def _wake(self, text: str) -> StagedText:
+        match = None if self._detector is None else self._detector.detect(text)
+        return StagedText(text) if match is None else StagedText(match.rest, match)
+
+
+def load() -> None:
+    """Load pypinyin's dictionaries, OpenCC's and the ITN grammars now (about a second, once per
+    process), so the first session's first final does not wait for them; for start-up warm-up."""
+    tokenize("预热")
+    for script in (ScriptMode.SIMPLIFIED, ScriptMode.TRADITIONAL):
+        OpenCCConverter(script).convert("预热")
+    WetextNormalizer.load()
