@@ -9,4 +9,4 @@ redaction), ``ops`` (host probes, the TensorRT engine cache, ``doctor``).
 Top-level modules: ``cli`` (the ``kitt-stt`` command), ``hotwords`` (hotword syntax), ``logs``.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -110,3 +110,13 @@ def test_a_turn_with_its_own_wake_phrase_is_no_follow_up() -> None:
     gate.decide(REQUIRED, staged("", "hey kitt"), 0, 1000)
     again = gate.decide(REQUIRED, staged("open the window", "hey kitt"), 2000, 3000)
     assert again is not None and again.metadata() == {"woken": True, "phrase": "hey kitt", "follow_up": False}
+
+
+def test_wake_phrases_join_the_sessions_hotwords_unless_named() -> None:
+    from kitt_stt.hotwords import Hotword
+    from kitt_stt.pipeline.settings import SessionSettings
+
+    wake = WakeSettings(phrases=("你好小凯", "hey kitt"), mode=WakeMode.DETECT)
+    settings = SessionSettings(hotwords=(Hotword("hey kitt", 3.0),), stage=TextStage(wake=wake))
+    assert [(h.text, h.boost) for h in settings.decode_options().hotwords] == [("hey kitt", 3.0), ("你好小凯", 1.5)]
+    assert SessionSettings(hotwords=(Hotword("x", 2.0),)).decode_options().hotwords == (Hotword("x", 2.0),)

@@ -128,8 +128,8 @@ def _plan_whisper(config: AppConfig, directory: Path) -> WhisperModel:
     _require_cpu_greedy(config, "Whisper")
     asr = config.asr
     longest, setting = config.vad.max_segment_ms, "vad.max_segment_ms"
-    if not asr.naive and asr.chunk_pause_ms and 2 * asr.max_chunk_ms < longest:
-        longest, setting = 2 * asr.max_chunk_ms, "asr.max_chunk_ms (speech without any quiet frame is cut at twice it)"
+    if not asr.naive and asr.chunk_pause_ms and asr.max_chunk_ms < longest:
+        longest, setting = asr.max_chunk_ms, "asr.max_chunk_ms (the longest a chunk or a final's tail gets)"
     if longest > LONGEST_AUDIO_MS:
         raise ModelError(f"Whisper reads at most {LONGEST_AUDIO_MS} ms per decode, but this configuration can ask for "
                          f"{longest} ms: lower {setting}")

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from kitt_stt.hotwords import parse_hotword
 from kitt_stt.str_enum import StrEnum
+from kitt_stt.text import TextSettings, WakeSettings
 
 
 class _Section(BaseModel):
@@ -285,6 +286,8 @@ class AppConfig(_Section):
     vad: VadConfig = VadConfig()
     interim: InterimConfig = InterimConfig()
     turn: TurnConfig = TurnConfig()
+    wake: WakeSettings = WakeSettings()  # sessions' default wake phrases and mode (docs/text.md)
+    text: TextSettings = TextSettings()  # sessions' default script and ITN (docs/text.md)
     models: ModelsConfig = ModelsConfig()
     logging: LoggingConfig = LoggingConfig()
     tracing: TracingConfig = TracingConfig()

@@ -177,11 +177,14 @@ class SeatPipeline:
             options=settings.decode_options(),
             interim_enabled=settings.interim,
             chunks=self._new_chunk_tracker(),
+            stage=settings.stage,
+            engine_itn=settings.use_itn and self._scheduler.engine.info.kind == "sense_voice",
         )
         self._next_segment_id += 1
         segment.buffer.append(event.preroll)
         self._segment = segment
-        self._segment_turn = self._turns.begin_segment(segment.segment_id, event.audio_ms)
+        self._segment_turn = self._turns.begin_segment(segment.segment_id, event.audio_ms, segment.stage,
+                                                       segment.engine_itn)
         self._emit(SpeechStartFrame(seat=self.seat, segment_id=segment.segment_id, audio_ms=event.audio_ms))
 
     def _new_chunk_tracker(self) -> ChunkTracker:
@@ -209,7 +212,7 @@ class SeatPipeline:
         if segment.wants_interim(audio_ms, self._config.interim) and (
                 self._admission is None or self._admission.optional_decode()):
             segment.mark_interim_requested(audio_ms)
-            self._spawn(self._run_interim(segment, audio_ms))
+            self._spawn(self._run_interim(segment, self._segment_turn, audio_ms))
 
     def _chunk_admitted(self, cut: Cut) -> bool:
         """A chunk at a pause is an optimisation: at a decode cap it is skipped (the final decodes
@@ -301,8 +304,8 @@ class SeatPipeline:
             outcomes.append(outcome)
         return outcomes
 
-    async def _run_interim(self, segment: Segment, audio_ms: int) -> None:
-        tail_text = ""
+    async def _run_interim(self, segment: Segment, turn: Turn | None, audio_ms: int) -> None:
+        tail_text, lang = "", None
         if segment.chunks.tail_voiced:  # a tail of pause only adds nothing to the chunks' text
             request = self._tail_request(segment)
             try:
@@ -315,12 +318,18 @@ class SeatPipeline:
                 return
             if outcome is None or segment.closed:  # superseded, cancelled, or the final owns it now
                 return
-            tail_text = outcome.result.text
+            tail_text, lang = outcome.result.text, outcome.result.lang
         earlier = await self._chunk_outcomes(segment)
-        if earlier is None or segment.closed:
+        if earlier is None or segment.closed or turn is None:
             return
-        text = join_texts([*(chunk.result.text for chunk in earlier), tail_text])
-        if not text or text == segment.last_interim_text:
+        if lang is None and earlier:
+            lang = earlier[-1].result.lang
+        staged = segment.stage.interim(join_texts([*(chunk.result.text for chunk in earlier), tail_text]), lang,
+                                       detect_wake=turn.at_start(segment.segment_id))
+        if staged.wake is not None:  # so the client can duck the radio before the command is over
+            self._turns.announce_wake(turn, segment.segment_id, staged.wake, audio_ms)
+        text = staged.text
+        if not text or text == segment.last_interim_text:  # the wake phrase alone is no interim
             return
         segment.last_interim_text = text
         self._emit(InterimFrame(seat=self.seat, segment_id=segment.segment_id, text=text, audio_ms=audio_ms))
@@ -355,18 +364,24 @@ class SeatPipeline:
                       "chunk_wait_ms": round(max(0.0, chunks_ready - segment.ended_at) * 1000.0, 2)}
         if previous is not None:
             await asyncio.shield(previous)
+        # after the previous final: whether a wake phrase counts depends on what the turn said before.
+        # Inline, not on a thread: the ITN grammars hold the GIL, so a thread would not free the loop.
+        staged = segment.stage.final(text, lang, segment.engine_itn, detect_wake=turn.at_start(segment.segment_id))
+        if staged.wake is not None:
+            self._turns.announce_wake(turn, segment.segment_id, staged.wake, segment.end_ms)
         latency_ms = (time.perf_counter() - segment.ended_at) * 1000.0
         timing["audio_ms"] = segment.buffer.duration_ms
         prediction = turn.prediction
         if prediction is not None and prediction.done() and not prediction.cancelled() and not prediction.exception():
             timing["turnsense_ms"] = round(prediction.result().total_ms, 2)
         self._emit(FinalFrame(
-            seat=self.seat, segment_id=segment.segment_id, text=text, start_ms=segment.start_ms,
+            seat=self.seat, segment_id=segment.segment_id, text=staged.text, start_ms=segment.start_ms,
             end_ms=segment.end_ms, lang=lang, emotion=emotion, event=event, server_latency_ms=round(latency_ms, 2),
-            timing=timing,
-            end_reason=segment.end_reason,
+            timing=timing, end_reason=segment.end_reason,
+            wake=None if staged.wake is None else {"phrase": staged.wake.phrase, "text": staged.wake.heard},
         ))
-        self._turns.segment_final(turn, segment.segment_id, text, segment.end_ms, segment.ended_at)
+        self._turns.segment_final(turn, segment.segment_id, text, segment.end_ms, segment.ended_at, lang,
+                                  words=bool(staged.text))
 
     def _trace_tag(self, segment: Segment) -> TraceTag | None:
         if self._observe.tracer is None:

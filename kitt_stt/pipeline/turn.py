@@ -25,8 +25,16 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 from kitt_stt.pipeline.eot import CommitReason, Decision, EotPolicy, TurnContext
-from kitt_stt.protocol.frames import CommitFrame, ServerFrame, TurnEagerFrame, TurnResumedFrame
+from kitt_stt.protocol.frames import (
+    CommitFrame,
+    FilteredFrame,
+    ServerFrame,
+    TurnEagerFrame,
+    TurnResumedFrame,
+    WakeFrame,
+)
 from kitt_stt.str_enum import StrEnum
+from kitt_stt.text import StagedText, TextStage, TurnAction, WakeGate, WakeMatch
 from kitt_stt.turnsense.model import TurnPrediction
 
 log = logging.getLogger(__name__)
@@ -49,9 +57,27 @@ class Turn:
     prediction: asyncio.Future[TurnPrediction] | None = None
     turn_id: int | None = None  # given when first announced
     eager_sent: bool = False  # a turn_eager went out since speech last resumed
+    stage: TextStage | None = None  # the text stage in force when the turn began
+    engine_itn: bool = False  # the engine already wrote numbers as digits (SenseVoice use_itn)
+    lang: str | None = None  # the language of its last final
+    words: dict[int, bool] = field(default_factory=dict)  # per segment: words beyond a wake phrase
+    wake_sent: bool = False
 
     def text(self) -> str:
+        """The segments' texts as recognised, joined (before the text stage)."""
         return join_texts(self.texts[segment_id] for segment_id in self.segment_ids if segment_id in self.texts)
+
+    def at_start(self, segment_id: int) -> bool:
+        """Whether nothing but wake phrases was said in the turn before ``segment_id``: only there
+        does a wake phrase count."""
+        return not any(self.words.get(earlier) for earlier in self.segment_ids if earlier < segment_id)
+
+    def staged(self) -> StagedText:
+        """The whole turn through every step of the text stage (run again on the joined text, so a
+        wake phrase or a number split by a pause is still found)."""
+        if self.stage is None:
+            return StagedText(self.text())
+        return self.stage.final(self.text(), self.lang, self.engine_itn)
 
 
 def join_texts(parts: Iterable[str]) -> str:
@@ -141,6 +167,7 @@ class TurnTracker:
         self._waiting: asyncio.Task[None] | None = None
         self._commit_chain: asyncio.Task[None] | None = None
         self._next_turn_id = 1
+        self._wake_gate = WakeGate()
 
     @property
     def state(self) -> TurnState:
@@ -152,13 +179,14 @@ class TurnTracker:
     def current(self) -> Turn | None:
         return self._current
 
-    def begin_segment(self, segment_id: int, start_ms: int) -> Turn:
+    def begin_segment(self, segment_id: int, start_ms: int, stage: TextStage | None = None,
+                      engine_itn: bool = False) -> Turn:
         """A segment started: it joins the current turn (cancelling any pending decision)."""
         self._cancel_waiting()
         if self._current is not None and self._too_long(self._current):
             self.flush(CommitReason.MAX_DURATION)
         if self._current is None:
-            self._current = Turn(start_ms=start_ms)
+            self._current = Turn(start_ms=start_ms, stage=stage, engine_itn=engine_itn)
         elif self._current.eager_sent and self._current.turn_id is not None:
             self._current.eager_sent = False
             self._emit(TurnResumedFrame(seat=self._seat, turn_id=self._current.turn_id))
@@ -166,9 +194,13 @@ class TurnTracker:
         self._current.pending_finals += 1
         return self._current
 
-    def segment_final(self, turn: Turn, segment_id: int, text: str, end_ms: int, speech_ended_at: float) -> None:
-        """A segment's final went out; when the turn has no open segment left, start deciding."""
+    def segment_final(self, turn: Turn, segment_id: int, text: str, end_ms: int, speech_ended_at: float,
+                      lang: str | None = None, words: bool | None = None) -> None:
+        """A segment's final went out (``text`` as recognised; ``words``: whether anything but a
+        wake phrase was in it); when the turn has no open segment left, start deciding."""
         turn.texts[segment_id] = text
+        turn.words[segment_id] = bool(text) if words is None else words
+        turn.lang = lang or turn.lang
         turn.pending_finals -= 1
         turn.end_ms = max(turn.end_ms, end_ms)
         turn.speech_ended_at = max(turn.speech_ended_at, speech_ended_at)
@@ -187,7 +219,7 @@ class TurnTracker:
         earlier flushed turn still waits to commit: its commit must take the lower turn_id."""
         if turn is not self._current or turn.eager_sent:
             return
-        text = turn.text()
+        text = turn.text() if turn.stage is None else turn.stage.interim(turn.text(), turn.lang).text
         if (not text and not self._commit_empty) or (self._commit_chain is not None and not self._commit_chain.done()):
             return
         turn.eager_sent = True
@@ -246,12 +278,34 @@ class TurnTracker:
         self._commit_chain = asyncio.create_task(commit_when_ready())
         return self._commit_chain
 
+    def announce_wake(self, turn: Turn, segment_id: int, wake: WakeMatch, audio_ms: int) -> None:
+        """The ``wake`` frame, once per turn, as soon as an interim, final or commit shows it."""
+        if turn.wake_sent:
+            return
+        turn.wake_sent = True
+        self._emit(WakeFrame(seat=self._seat, segment_id=segment_id, phrase=wake.phrase, text=wake.heard,
+                             audio_ms=audio_ms))
+
     def _commit(self, turn: Turn, decision: Decision) -> None:
-        text = turn.text()
+        staged = turn.staged()
+        wake = None if turn.stage is None else self._wake_gate.decide(
+            turn.stage.wake_settings, staged, turn.start_ms, turn.end_ms)
+        if staged.wake is not None:
+            self.announce_wake(turn, turn.segment_ids[0], staged.wake, turn.end_ms)
+        if wake is not None and wake.action is TurnAction.WAKE_ONLY:
+            return  # only the wake phrase: the next turn within follow_up_ms counts as woken
+        text = staged.text
         if not text and not self._commit_empty:  # only noise: the client saw its empty finals
             return
+        if wake is not None and wake.action is TurnAction.FILTER:
+            self._emit(FilteredFrame(seat=self._seat, turn_id=self._announce(turn), text=text,
+                                     segment_ids=list(turn.segment_ids)))
+            return
+        metadata = decision.as_metadata()
+        if wake is not None:
+            metadata["wake"] = wake.metadata()
         frame = CommitFrame(seat=self._seat, turn_id=self._announce(turn), text=text,
-                            segment_ids=list(turn.segment_ids), metadata=decision.as_metadata())
+                            segment_ids=list(turn.segment_ids), metadata=metadata)
         log.debug("turn committed: %s after %.0f ms", decision.reason.value, decision.wait_ms,
                   extra={"turn": frame.turn_id, "segment": turn.segment_ids[-1]})
         self._emit(frame)

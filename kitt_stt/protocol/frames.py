@@ -63,6 +63,21 @@ class ClientFrame(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
 
 
+class WakeFields(ClientFrame):
+    """``start.wake`` / ``configure.wake``: the fields given replace the session's; the rest stay."""
+
+    phrases: Annotated[list[StrictStr], Field(max_length=16)] | None = None
+    mode: Literal["off", "detect", "required"] | None = None
+    follow_up_ms: Annotated[StrictInt, Field(ge=0, le=600_000)] | None = None
+
+
+class TextFields(ClientFrame):
+    """``start.text`` / ``configure.text``: script conversion and inverse text normalisation."""
+
+    script: Literal["simplified", "traditional", "as_is"] | None = None
+    itn: StrictBool | None = None
+
+
 class StartFrame(ClientFrame):
     type: Literal["start"]
     language: Language | None = None
@@ -71,6 +86,8 @@ class StartFrame(ClientFrame):
     seats: Annotated[list[Seat], Field(max_length=64)] | None = None
     client: ClientId | None = None
     eager: StrictBool | None = None
+    wake: WakeFields | None = None
+    text: TextFields | None = None
 
 
 class AudioFrame(ClientFrame):
@@ -98,6 +115,8 @@ class ConfigureFrame(ClientFrame):
     language: Language | None = None
     interim: StrictBool | None = None
     eager: StrictBool | None = None
+    wake: WakeFields | None = None
+    text: TextFields | None = None
 
 
 class PingFrame(ClientFrame):
@@ -204,6 +223,29 @@ class FinalFrame(ServerFrame):
     server_latency_ms: float
     timing: dict[str, float]
     end_reason: str
+    wake: dict[str, str] | None = None  # {phrase, text}: the wake phrase this final began with
+
+
+class WakeFrame(ServerFrame):
+    """A wake phrase was heard at the start of a turn (once per turn, as soon as it shows)."""
+
+    type: Literal["wake"] = "wake"
+    seat: str
+    segment_id: int
+    phrase: str
+    text: str
+    audio_ms: int
+
+
+class FilteredFrame(ServerFrame):
+    """A turn not addressed to the assistant (``wake.mode: required``): sent instead of its commit."""
+
+    type: Literal["filtered"] = "filtered"
+    seat: str
+    turn_id: int
+    segment_ids: list[int]
+    text: str
+    reason: Literal["no_wake"] = "no_wake"
 
 
 class EotDecision(BaseModel):

@@ -18,8 +18,10 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Iterable
+from typing import TypeVar
 
 import numpy as np
+from pydantic import BaseModel, ValidationError
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from kitt_stt.audio.vad import EndReason
@@ -49,9 +51,14 @@ from kitt_stt.protocol.frames import (
     ReadyFrame,
     ServerFrame,
     StartFrame,
+    TextFields,
     VadFrame,
+    WakeFields,
 )
 from kitt_stt.server.state import ServiceState
+from kitt_stt.text import TextSettings, TextStage, WakeSettings
+
+SettingsT = TypeVar("SettingsT", bound=BaseModel)
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +79,7 @@ class Connection:
         self._settings = SessionSettings(
             language=asr.language, use_itn=asr.use_itn, interim=self._config.interim.enabled,
             hotwords=parse_hotwords(asr.hotwords), eager=self._config.turn.eager_events,
+            stage=TextStage(self._config.text, self._config.wake),
         )
         self._seats: dict[str, SeatPipeline] = {}
         self._limiters: dict[str, AudioRateLimiter] = {}
@@ -306,8 +314,11 @@ class Connection:
 
     async def _on_settings(self, frame: StartFrame | ConfigureFrame) -> None:
         settings = self._updated_settings(frame.language, frame.interim, frame.hotwords, frame.eager)
-        if settings.hotwords and settings.hotwords != self._settings.hotwords and self._state.engine.info.hotwords:
-            await self._prepare_hotwords(settings.hotwords)
+        if frame.wake is not None or frame.text is not None:
+            settings = settings.updated(stage=self._updated_stage(frame.wake, frame.text))
+        hotwords = settings.decode_hotwords()
+        if hotwords and hotwords != self._settings.decode_hotwords() and self._state.engine.info.hotwords:
+            await self._prepare_hotwords(hotwords)
         self._settings = settings
         if isinstance(frame, StartFrame):
             if frame.client:
@@ -341,6 +352,16 @@ class Connection:
             except ValueError as exc:
                 raise ProtocolError(ErrorCode.BAD_FIELD, f"hotwords: {exc}") from None
         return self._settings.updated(language=language, interim=interim, hotwords=parsed, eager=eager)
+
+    def _updated_stage(self, wake: WakeFields | None, text: TextFields | None) -> TextStage:
+        """The session's text stage with the fields given replacing the current ones."""
+        stage = self._settings.stage
+        wake_settings, text_settings = stage.wake_settings, stage.text_settings
+        if wake is not None:
+            wake_settings = _merged("wake", WakeSettings, wake_settings, wake)
+        if text is not None:
+            text_settings = _merged("text", TextSettings, text_settings, text)
+        return TextStage(text_settings, wake_settings)
 
     def _on_finalize(self, frame: FinalizeFrame) -> None:
         if frame.seat is None:
@@ -412,3 +433,12 @@ class Connection:
         self._seats[name] = seat
         self._limiters[name] = AudioRateLimiter(self._config.server.rate_limit)
         return seat
+
+
+def _merged(name: str, model: type[SettingsT], current: SettingsT, given: ClientFrame) -> SettingsT:
+    """``current`` with the fields the client gave, validated as a whole (``bad_field`` if not)."""
+    try:
+        return model.model_validate({**current.model_dump(), **given.model_dump(exclude_none=True)})
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, error['loc'])) or name}: {error['msg']}" for error in exc.errors())
+        raise ProtocolError(ErrorCode.BAD_FIELD, f"{name}: {problems}") from None

@@ -53,12 +53,15 @@ class TextStage:
                             for script in (ScriptMode.SIMPLIFIED, ScriptMode.TRADITIONAL)}
         self._itn = WetextNormalizer()
 
-    def interim(self, text: str, lang: str | None = None) -> StagedText:
+    def interim(self, text: str, lang: str | None = None, detect_wake: bool = True) -> StagedText:
         """Cheap steps only (script conversion, wake detection and stripping): safe on the event
-        loop.  ``lang``: the language the engine reported, if any."""
-        return self._wake(self._convert(text, self._script(text_language(lang, text))))
+        loop.  ``lang``: the language the engine reported, if any.  ``detect_wake`` False: the text
+        is not at the start of a turn, where alone a wake phrase counts."""
+        staged = StagedText(self._convert(text, self._script(text_language(lang, text))))
+        return self._wake(staged.text) if detect_wake else staged
 
-    def final(self, text: str, lang: str | None = None, engine_itn: bool = False) -> StagedText:
+    def final(self, text: str, lang: str | None = None, engine_itn: bool = False,
+              detect_wake: bool = True) -> StagedText:
         """Every step, for a segment's final text or a turn's joined text before its commit.
 
         ``engine_itn``: the engine already normalised this text (SenseVoice with ``use_itn``), so
@@ -69,7 +72,8 @@ class TextStage:
         script = self._script(language)
         normalize = self.text_settings.itn and not engine_itn and language is not None
         working = ScriptMode.SIMPLIFIED if script is ScriptMode.TRADITIONAL and normalize else script
-        staged = self._wake(self._convert(text, working))
+        converted = self._convert(text, working)
+        staged = self._wake(converted) if detect_wake else StagedText(converted)
         if not normalize or language is None:
             return staged
         result = self._convert(self._itn.normalize(staged.text, language), script)
