@@ -74,7 +74,8 @@ class Fixture:
 class Cell:
     setting: str
     fixture: str
-    passed: int = 0
+    passed: int = 0  # every decision and every text right
+    decided_right: int = 0  # every decision right (commit or filtered, woken, follow-up), texts aside
     runs: int = 0
     false_wakes: int = 0
     missed_wakes: int = 0
@@ -172,6 +173,11 @@ def judge(fixture: Fixture, decided: list[dict[str, Any]], cell: Cell, exact: bo
         if got["type"] != expect.kind or woken != expect.woken or follow_up != expect.follow_up or not text_ok:
             problems.append(f"{got['type']} {got['text']!r} woken={woken} follow_up={follow_up}; expected "
                             f"{expect.kind} {expect.text!r} woken={expect.woken} follow_up={expect.follow_up}")
+    decisions = [(got["type"], got["type"] == "commit" and got["metadata"].get("wake", {}).get("woken", False),
+                  got["type"] == "commit" and got["metadata"].get("wake", {}).get("follow_up", False))
+                 for got in decided]
+    if decisions == [(expect.kind, expect.woken, expect.follow_up) for expect in fixture.expect]:
+        cell.decided_right += 1
     if problems:
         cell.failures.append("; ".join(problems))
     else:
@@ -202,11 +208,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--settings", nargs="+", choices=list(SETTINGS), default=list(SETTINGS))
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--english-phrase", default="hey kitt", help="the wake phrase of the whisper settings")
     parser.add_argument("--cache", type=Path, default=None, help="model cache (default: user cache dir)")
     args = parser.parse_args()
     from kitt_stt.models.registry import default_cache_dir
 
     cache = args.cache or default_cache_dir()
+    for name in SETTINGS:
+        if SETTINGS[name]["voice"] == "espeak":
+            SETTINGS[name]["phrase"] = args.english_phrase
     if any(SETTINGS[name]["voice"] == "espeak" for name in args.settings) and not (
             shutil.which("espeak-ng") and shutil.which("sox")):
         print("espeak-ng and sox are needed for the whisper settings: apt-get install espeak-ng sox", file=sys.stderr)
@@ -215,16 +225,18 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="wake-eval-") as tmp:
         for name in args.settings:
             cells += asyncio.run(evaluate(name, SETTINGS[name], cache, Path(tmp), args.repeats))
-    print("| setting | fixture | passed | false wakes | missed wakes |")
-    print("|---|---|---|---|---|")
+    print("| setting | fixture | passed (decisions and texts) | decisions right | false wakes | missed wakes |")
+    print("|---|---|---|---|---|---|")
     for cell in cells:
-        print(f"| {cell.setting} | {cell.fixture} | {cell.passed}/{cell.runs} | {cell.false_wakes} | "
-              f"{cell.missed_wakes} |")
+        print(f"| {cell.setting} | {cell.fixture} | {cell.passed}/{cell.runs} | {cell.decided_right}/{cell.runs} | "
+              f"{cell.false_wakes} | {cell.missed_wakes} |")
     print()
     for name in args.settings:
         mine = [cell for cell in cells if cell.setting == name]
-        print(f"{name}: {sum(c.passed for c in mine)}/{sum(c.runs for c in mine)} passed, "
-              f"{sum(c.false_wakes for c in mine)} false wakes, {sum(c.missed_wakes for c in mine)} missed wakes")
+        runs = sum(c.runs for c in mine)
+        print(f"{name} ({SETTINGS[name]['phrase']!r}): {sum(c.passed for c in mine)}/{runs} passed, "
+              f"{sum(c.decided_right for c in mine)} decided right, {sum(c.false_wakes for c in mine)} false wakes, "
+              f"{sum(c.missed_wakes for c in mine)} missed wakes")
     failures = [(cell, failure) for cell in cells for failure in cell.failures]
     if failures:
         print("\nfailures:")
