@@ -148,7 +148,7 @@ async def test_long_speech_without_pauses_is_cut_at_a_quiet_point(tone_engine) -
 
 async def test_at_a_decode_cap_pause_chunks_are_skipped_but_long_ones_still_cut(tone_engine) -> None:
     spy = SpyEngine(tone_engine)
-    frames = await run_seat(spy, paused_speech(), AtDecodeCap(), chunk_pause_ms=200)
+    frames = await run_seat(spy, paused_speech(), AtDecodeCap(), chunk_pause_ms=200, max_chunk_ms=10_000)
     [final] = [f for f in frames if f["type"] == "final"]
     assert final["text"] == "".join(PAUSED) and final["timing"]["chunks"] == 1 and len(spy.lengths) == 1
     spy = SpyEngine(tone_engine)

@@ -188,7 +188,7 @@ class AsrConfig(_Section):
     use_itn: bool = True
     hotwords: list[str] = []
     chunk_pause_ms: int = Field(default=100, ge=0)
-    max_chunk_ms: int = Field(default=10_000, ge=1000)
+    max_chunk_ms: int = Field(default=5000, ge=1000)
     interim_queue_budget_ms: int = Field(default=300, ge=0)
     naive: bool = False
 

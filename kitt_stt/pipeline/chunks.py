@@ -16,8 +16,8 @@ Where a chunk is cut:
   ``chunk_pause_ms`` must be shorter than ``silence_ms``.
 * **At the quietest point before the limit.**  Speech without such a pause is cut when the open
   chunk reaches ``asr.max_chunk_ms``, at the quietest 20 ms frame of the last
-  ``QUIET_WINDOW_MS`` (a breath or a stop consonant rather than mid-vowel); what follows that
-  frame stays in the open chunk.
+  ``QUIET_WINDOW_MS`` and of the chunk's second half (a breath or a stop consonant rather than
+  mid-vowel); what follows that frame stays in the open chunk.
 """
 
 from __future__ import annotations
@@ -99,8 +99,10 @@ class ChunkTracker:
         return None
 
     def _quietest_point(self) -> int:
-        """End of the quietest recent frame of the open chunk (the latest one among equals)."""
-        candidates = [f for f in self._recent if f.end - FRAME_SAMPLES >= self.open_start]
+        """End of the quietest recent frame in the second half of the open chunk (the latest one
+        among equals): never so early that the next chunk reaches the limit again at once."""
+        earliest = self.open_start + max(FRAME_SAMPLES, self.max_chunk_samples // 2)
+        candidates = [f for f in self._recent if f.end >= earliest]
         if not candidates:
             return self._recent[-1].end
         quietest = min(reversed(candidates), key=lambda f: f.energy)
