@@ -162,6 +162,9 @@ def test_chunk_pause_must_be_shorter_than_segment_silence() -> None:
     with pytest.raises(ValueError, match="chunk_pause_ms"):
         AppConfig.model_validate({"asr": {"chunk_pause_ms": 500}, "vad": {"silence_ms": 500}})
     AppConfig.model_validate({"asr": {"chunk_pause_ms": 0}, "vad": {"silence_ms": 500}})
+    # under one 20 ms frame it would silently turn chunking (and the max_chunk_ms bound) off
+    with pytest.raises(ValueError, match="at least 20"):
+        AppConfig.model_validate({"asr": {"chunk_pause_ms": 10}})
 
 
 async def test_stale_interims_are_skipped_under_load() -> None:

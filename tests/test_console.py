@@ -5,6 +5,7 @@ hidden. The page in a real browser: ``tests/test_console_browser.py``."""
 
 from __future__ import annotations
 
+import http.client
 import logging
 import re
 from collections.abc import Sequence
@@ -16,7 +17,14 @@ import pytest
 from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult, EngineInfo
 from kitt_stt.config.loader import load_config
 from kitt_stt.config.schema import AppConfig
-from kitt_stt.console.routes import INSTALL_HINT, MSGPACK_DIR, STATIC_DIR, VENDOR_FILES, mount_console
+from kitt_stt.console.routes import (
+    CONSOLE_HEADERS,
+    INSTALL_HINT,
+    MSGPACK_DIR,
+    STATIC_DIR,
+    VENDOR_FILES,
+    mount_console,
+)
 from kitt_stt.server.app import create_app
 from tests.helpers import RunningServer
 
@@ -62,7 +70,7 @@ def test_the_page_and_everything_it_loads_come_from_the_service(server: RunningS
         settings = client.get("/console/settings.json").json()
         assert settings == {"path": "/stt/sensevoice", "auth_required": False,
                             "languages": ["auto", "zh", "en", "yue", "ja", "ko"], "language": "auto",
-                            "interim": True}
+                            "interim": True, "wake": {"phrases": [], "mode": "off"}}
         loaded = set()
         for path in sorted(STATIC_DIR.iterdir()):
             assert path.suffix in {".html", ".js", ".css"}, f"{path.name}: unexpected file in static/"
@@ -127,8 +135,81 @@ async def test_a_missing_library_is_reported_at_start_up_and_by_the_route(
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://kitt") as client:
         for name in VENDOR_FILES:
             answer = await client.get(f"/console/vendor/{name}")
-            assert answer.status_code == 404 and "is missing" in answer.text and "make serve" in answer.text
+            assert answer.status_code == 404 and "is missing" in answer.text, answer.text
+            assert "make console" in answer.text and "npm ci --prefix kitt_stt/console --ignore-scripts" in answer.text
+            # what to run, not where the server's files are
+            assert str(tmp_path) not in answer.text and "/node_modules" not in answer.text, answer.text
         assert (await client.get("/console/")).status_code == 200  # the page itself says what is wrong
+
+
+#: Every console URL, answered or not.
+CONSOLE_URLS = ("/", "/console", "/console/", "/console/settings.json", "/console/static/console.js",
+                "/console/static/capture-worklet.js", "/console/static/console.css", "/console/vendor/msgpack.min.js",
+                "/console/vendor/msgpack-LICENSE.txt", "/console/static/absent.js", "/console/vendor/absent.js")
+
+
+async def test_every_console_answer_is_revalidated_and_carries_the_security_headers() -> None:
+    """A browser must not run old modules under a new page (no-cache: it revalidates, cheaply, with
+    the ETag), and the page may load code only from this service (CSP)."""
+    transport = httpx.ASGITransport(app=app_with(console=True))
+    async with httpx.AsyncClient(transport=transport, base_url="http://kitt") as client:
+        for path in CONSOLE_URLS:
+            answer = await client.get(path)
+            assert answer.status_code in (200, 307, 404), path
+            for name, value in CONSOLE_HEADERS.items():
+                assert answer.headers.get(name) == value, (path, name, answer.headers)
+        for path in ("/console/", "/console/static/console.js", "/console/vendor/msgpack.min.js"):
+            first = await client.get(path)
+            assert first.headers["etag"] and first.headers["last-modified"], path
+            again = await client.get(path, headers={"If-None-Match": first.headers["etag"]})
+            assert again.status_code == 304 and again.content == b"", path
+            assert again.headers["cache-control"] == "no-cache" and again.headers["etag"] == first.headers["etag"]
+            since = await client.get(path, headers={"If-Modified-Since": first.headers["last-modified"]})
+            assert since.status_code == 304, path
+            stale = await client.get(path, headers={"If-None-Match": '"not-this-one"'})
+            assert stale.status_code == 200 and stale.content == first.content, path
+
+
+def test_the_content_security_policy_allows_only_this_service() -> None:
+    policy = dict(directive.split(" ", 1) for directive in CONSOLE_HEADERS["Content-Security-Policy"].split("; "))
+    assert policy["default-src"] == "'none'"
+    # scripts (the modules, the AudioWorklet, the msgpack build), styles, fetches and the WebSocket
+    # ('self' covers ws:// and wss:// to the page's host): this service only, nothing inline
+    for directive in ("script-src", "style-src", "connect-src", "worker-src"):
+        assert policy[directive] == "'self'", directive
+    assert policy["img-src"] == "'self' data:"  # the favicon is data:,
+    assert policy["frame-ancestors"] == "'none'"
+    assert CONSOLE_HEADERS["X-Content-Type-Options"] == "nosniff"
+    assert CONSOLE_HEADERS["Referrer-Policy"] == "no-referrer"
+    # ...which the page's files keep to: no inline script, handler or style
+    page = (STATIC_DIR / "index.html").read_text()
+    assert re.findall(r"<script(?![^>]*\bsrc=)", page) == [] and "style=" not in page and "<style" not in page
+    assert not re.search(r"\son[a-z]+=", page)
+    for path in STATIC_DIR.glob("*.js"):
+        text = path.read_text()
+        for refused in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function",
+                        '"style"', ".style."):
+            assert refused not in text, f"{path.name} uses {refused}"
+
+
+def raw_get(server: RunningServer, target: str) -> int:
+    """GET ``target`` exactly as written (no client normalises its dots or escapes)."""
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    try:
+        connection.request("GET", target)
+        return connection.getresponse().status
+    finally:
+        connection.close()
+
+
+def test_no_path_leads_out_of_the_console_folders(server: RunningServer) -> None:
+    assert raw_get(server, "/console/static/console.js") == 200
+    for target in ("/console/static/%2e%2e/routes.py", "/console/static/..%2froutes.py",
+                   "/console/static/%2E%2E%2F__init__.py", "/console/static/..%2f..%2fconsole%2froutes.py",
+                   "/console/static/%2e%2e/%2e%2e/config/schema.py", "/console/static/..%5croutes.py",
+                   "/console/static/%2fetc%2fpasswd", "/console/vendor/..%2fpackage.json",
+                   "/console/vendor/%2e%2e%2f%2e%2e%2froutes.py", "/console/static/../routes.py"):
+        assert raw_get(server, target) == 404, target
 
 
 def test_on_in_the_base_config_off_in_the_kubernetes_overlays() -> None:

@@ -80,13 +80,27 @@ def page(browser: Browser, console_server: RunningServer, request: pytest.Fixtur
     page.on("console", lambda message: problems.append(message.text)
             if message.type == "error" and "WebSocket handshake" not in message.text else None)
     page.goto(f"{console_server.http}/console/")
-    page.wait_for_function("window.kittConsole !== undefined")
+    loaded(page)
     yield page
     ARTEFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=ARTEFACTS / f"console-{request.node.name}-py{sys.version_info[0]}{sys.version_info[1]}.png",
                     full_page=True)
     context.close()
     assert not problems, problems
+
+
+# The page's Content-Security-Policy forbids evaluating strings, which Playwright's
+# wait_for_function does in the page: so these tests wait for selectors, and every test runs the
+# page under its real policy (a violation is a console error, which fails the test).
+
+
+def loaded(page: Page) -> None:
+    """The page has its settings and is wired (console.js fills the languages last)."""
+    page.wait_for_selector("#language option", state="attached")
+
+
+def status_is(page: Page, text: str) -> None:
+    page.wait_for_selector(f"#status:text-is('{text}')")
 
 
 def first_turn(page: Page, seat: str) -> dict[str, Any]:
@@ -157,7 +171,7 @@ def test_a_wrong_token_is_explained(page: Page) -> None:
 def test_a_refused_setting_is_explained(page: Page) -> None:
     page.fill("#token", TOKEN)
     page.click("#connect")
-    page.wait_for_function("document.getElementById('status').textContent === 'connected'")
+    status_is(page, "connected")
     page.fill("#hotwords", "ratio:high")  # `high` is no boost: the server answers bad_field
     page.dispatch_event("#hotwords", "change")
     page.wait_for_selector(".errors .error")
@@ -171,7 +185,7 @@ def test_audio_on_a_plain_http_remote_page_says_it_needs_https(browser: Browser,
     context = browser.new_context()
     page = context.new_page()
     page.goto(f"http://{REMOTE_NAME}:{console_server.port}/console/")
-    page.wait_for_function("window.kittConsole !== undefined")
+    loaded(page)
     assert page.evaluate("window.isSecureContext") is False
     page.fill("#token", TOKEN)
     page.click("#mic")
@@ -194,13 +208,13 @@ def final_frame(segment_id: int, text: str) -> dict[str, Any]:
 
 def test_frames_the_page_does_not_know_are_shown_raw(page: Page) -> None:
     receive(page, {"type": "speech_start", "seat": "driver", "segment_id": 1, "audio_ms": 0})
-    receive(page, {"type": "wake", "seat": "driver", "segment_id": 1, "phrase": "hey kitt", "text": "hey kitt open",
+    receive(page, {"type": "speaker_change", "seat": "driver", "segment_id": 1, "speaker": "hey kitt",
                    "audio_ms": 900, "audio": b"\x00\x01\x02"})
     receive(page, final_frame(1, "打开"))
     receive(page, {"type": "fleet_notice", "message": "no seat here"})
-    wake = page.locator('.seat[data-seat="driver"] pre.raw[data-type="wake"]')
-    assert wake.count() == 1
-    assert '"phrase":"hey kitt"' in wake.inner_text() and "<bin 3 bytes>" in wake.inner_text()
+    unknown = page.locator('.seat[data-seat="driver"] pre.raw[data-type="speaker_change"]')
+    assert unknown.count() == 1
+    assert '"speaker":"hey kitt"' in unknown.inner_text() and "<bin 3 bytes>" in unknown.inner_text()
     assert page.locator("pre.raw").count() == 2  # speech_start and final are rendered, not dumped
     assert page.locator('#other pre.raw[data-type="fleet_notice"]').count() == 1
     assert page.inner_text('.seat[data-seat="driver"] .segment.final .text') == "打开"
@@ -211,13 +225,16 @@ def test_a_commit_takes_its_segments_and_its_raw_frames_and_noise_leaves(page: P
         receive(page, {"type": "speech_start", "seat": "driver", "segment_id": segment_id, "audio_ms": 0})
         receive(page, final_frame(segment_id, text))
     receive(page, {"type": "turn_eager", "seat": "driver", "turn_id": 1, "text": "打开", "probability": 0.7})
+    receive(page, {"type": "late_frame", "seat": "driver", "turn_id": 1})
     assert page.locator('.turn.open .segment').count() == 3  # noise shown until a later turn commits
     receive(page, {"type": "commit", "seat": "driver", "turn_id": 1, "text": "打开", "segment_ids": [2],
                    "metadata": {"eot": {"decision": {"reason": "model", "probability": 0.93, "threshold": 0.9,
                                                      "wait_ms": 120.0, "model_ms": 40.0, "text_ending": "open"}}}})
     turn = page.locator('.turn[data-turn="1"]')
     assert turn.locator(".segment").all_inner_texts() == [page.locator('.segment[data-segment="2"]').inner_text()]
-    assert turn.locator('pre.raw[data-type="turn_eager"]').count() == 1
+    assert turn.locator(".mark.eager").inner_text() == (
+        "turn_eager: turn 1 is probably over (probability 0.7); an agent may start on “打开”")
+    assert turn.locator('pre.raw[data-type="late_frame"]').count() == 1  # what came during the turn, with it
     assert turn.locator("svg.timeline").count() == 1
     assert turn.locator(".decision").inner_text() == (
         "end of turn: model · probability 0.93 ≥ threshold 0.9 · waited 120 ms after the speech ended · "
@@ -227,13 +244,178 @@ def test_a_commit_takes_its_segments_and_its_raw_frames_and_noise_leaves(page: P
         page.locator('.segment[data-segment="3"]').inner_text()]
 
 
+def test_wake_filtered_eager_and_resumed_are_drawn(page: Page) -> None:
+    """The 0.2 frames (docs/protocol.md): ``filtered`` ends its turn as a commit does, ``wake`` marks
+    its segment, ``turn_eager`` / ``turn_resumed`` mark their turn; none is shown raw."""
+    say = lambda frame: receive(page, {"seat": "driver", **frame})  # noqa: E731
+    say({"type": "speech_start", "segment_id": 1, "audio_ms": 0})
+    say({"type": "wake", "segment_id": 1, "phrase": "你好小凯", "text": "你好小开", "audio_ms": 900})
+    say({**final_frame(1, "打开车门"), "wake": {"phrase": "你好小凯", "text": "你好小开"}})
+    say({"type": "turn_eager", "turn_id": 1, "text": "打开车门", "probability": 0.71})
+    say({"type": "turn_resumed", "turn_id": 1})
+    say({"type": "speech_start", "segment_id": 2, "audio_ms": 2000})
+    say(final_frame(2, "和车窗"))
+    say({"type": "commit", "turn_id": 1, "text": "打开车门和车窗", "segment_ids": [1, 2],
+         "metadata": {"eot": {"decision": {"reason": "model", "probability": 0.95, "threshold": 0.9}},
+                      "wake": {"woken": True, "phrase": "你好小凯", "follow_up": False}}})
+    for segment_id, text in ((3, "我们先去吃饭吧"), (4, "")):
+        say({"type": "speech_start", "segment_id": segment_id, "audio_ms": 9000})
+        say({**final_frame(segment_id, text), "wake": None})
+    assert page.evaluate("kittConsole.pending('driver')") is True
+    say({"type": "filtered", "turn_id": 2, "segment_ids": [3], "text": "我们先去吃饭吧", "reason": "no_wake"})
+    # a turn that was only the wake phrase: no commit, no filtered; it stays, as such
+    say({"type": "speech_start", "segment_id": 5, "audio_ms": 20000})
+    say({"type": "wake", "segment_id": 5, "phrase": "你好小凯", "text": "你好小凯", "audio_ms": 20900})
+    say({**final_frame(5, ""), "wake": {"phrase": "你好小凯", "text": "你好小凯"}})
+    say({"type": "speech_start", "segment_id": 6, "audio_ms": 22000})
+    say(final_frame(6, "关窗"))
+    assert page.evaluate("kittConsole.pending('driver')") is True
+    say({"type": "commit", "turn_id": 3, "text": "关窗", "segment_ids": [6],
+         "metadata": {"eot": {"decision": {"reason": "timeout"}},
+                      "wake": {"woken": True, "phrase": "你好小凯", "follow_up": True}}})
+    assert page.evaluate("kittConsole.pending('driver')") is False
+
+    card = page.locator('.seat[data-seat="driver"]')
+    assert card.locator("pre.raw").count() == 0
+    woken = card.locator('.turn.committed[data-turn="1"]')
+    assert woken.locator(".commit .text").inner_text() == "打开车门和车窗"
+    assert woken.locator(".wake-state").inner_text() == "woken by “你好小凯”"
+    assert woken.locator('.segment[data-segment="1"] .mark.wake').inner_text() == "wake phrase “你好小凯” heard as “你好小开”"
+    assert "wake phrase “你好小凯” left out of the text" in woken.locator('.segment[data-segment="1"] .detail').inner_text()
+    assert woken.locator(".mark").all_inner_texts()[:2] == [
+        "turn_eager: turn 1 is probably over (probability 0.71); an agent may start on “打开车门”",
+        "turn_resumed: turn 1 goes on (speech resumed after turn_eager)"]
+    assert woken.locator("svg.timeline").count() == 1
+    filtered = card.locator('.turn.filtered[data-turn="2"]')
+    assert filtered.locator(".filtered-head .text").inner_text() == "我们先去吃饭吧"
+    assert filtered.locator(".verdict").inner_text() == "filtered: not addressed to the assistant (no wake phrase)"
+    assert filtered.locator(".segment").count() == 1 and filtered.locator(".commit, .decision").count() == 0
+    assert card.locator('.segment[data-segment="4"]').count() == 0  # noise left with the filtered turn
+    only = card.locator(".turn.wake-only")
+    assert only.locator('.segment[data-segment="5"] .text').inner_text() == "(only the wake phrase)"
+    assert only.locator(".mark.wake").count() == 1 and "only the wake phrase" in only.locator(".verdict").inner_text()
+    follow_up = card.locator('.turn.committed[data-turn="3"]')
+    assert follow_up.locator(".wake-state").inner_text() == (
+        "follow-up: no wake phrase needed, it began soon after a woken turn")
+    # newest first: turn 3, the wake phrase alone before it, the filtered turn 2, turn 1
+    order = card.locator(".turns > .turn:not(.open)").evaluate_all(
+        "turns => turns.map((t) => t.dataset.turn ?? t.className)")
+    assert order == ["3", "turn wake-only", "2", "1"]
+
+
+MARKUP = '<img src=x onerror="window.pwned=1"><b>bold</b>'
+
+
+def test_server_text_with_markup_is_shown_as_text(page: Page) -> None:
+    """Server text reaches the page only as text: markup in any field is shown, never parsed."""
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    seat = "<i>seat</i>"
+    say = lambda frame: receive(page, {"seat": seat, **frame})  # noqa: E731
+    say({"type": "speech_start", "segment_id": 1, "audio_ms": 0})
+    say({"type": "interim", "segment_id": 1, "text": MARKUP, "audio_ms": 500})
+    say({"type": "wake", "segment_id": 1, "phrase": MARKUP, "text": MARKUP, "audio_ms": 500})
+    say({**final_frame(1, MARKUP), "seat": seat, "lang": MARKUP, "end_reason": MARKUP,
+         "wake": {"phrase": MARKUP, "text": MARKUP}})
+    say({"type": "turn_eager", "turn_id": 1, "text": MARKUP, "probability": 0.6})
+    say({"type": "commit", "turn_id": 1, "text": MARKUP, "segment_ids": [1],
+         "metadata": {"eot": {"decision": {"reason": MARKUP, MARKUP: MARKUP}}}})
+    say({"type": "speech_start", "segment_id": 2, "audio_ms": 0})
+    say(final_frame(2, MARKUP) | {"seat": seat})
+    say({"type": "filtered", "turn_id": 2, "segment_ids": [2], "text": MARKUP, "reason": MARKUP})
+    say({"type": MARKUP, "text": MARKUP})
+    receive(page, {"type": "error", "code": MARKUP, "message": MARKUP, "fatal": False, "seat": None})
+    page.wait_for_timeout(200)  # an image that had been made would have fired its onerror by now
+    assert page.locator("img, b, i").count() == 0
+    assert page.evaluate("window.pwned") is None and dialogs == []
+    card = page.locator(".seat").first
+    assert card.locator("h2").inner_text() == seat
+    assert card.locator(".commit .text").inner_text() == MARKUP
+    assert card.locator(".filtered-head .text").inner_text() == MARKUP
+    assert card.locator(".segment .text").all_inner_texts() == [MARKUP, MARKUP]
+    assert MARKUP in card.locator(".decision").inner_text() and MARKUP in card.locator(".verdict").inner_text()
+    assert MARKUP in card.locator(".mark.wake").inner_text() and MARKUP in card.locator(".mark.eager").inner_text()
+    assert MARKUP in card.locator("pre.raw").inner_text() and MARKUP in page.inner_text(".errors")
+
+
+def test_the_page_sends_wake_and_eager_only_when_set(page: Page) -> None:
+    sent: list[dict[str, Any]] = []
+    page.on("websocket", lambda socket: socket.on(
+        "framesent", lambda payload: sent.append(msgpack.unpackb(payload)) if isinstance(payload, bytes) else None))
+    page.fill("#token", TOKEN)
+    page.click("#connect")
+    status_is(page, "connected")
+    [start] = [frame for frame in sent if frame["type"] == "start"]
+    assert "wake" not in start and "eager" not in start and "hotwords" not in start, start
+    assert page.inner_text("#wake-mode option:first-child") == "mode: server default (off)"
+    page.fill("#wake-phrases", "ABC， hey kitt ,")
+    page.press("#wake-phrases", "Tab")  # leaving the field: "change"
+    page.select_option("#wake-mode", "required")
+    page.check("#eager")
+    page.wait_for_timeout(300)
+    configures = [frame for frame in sent if frame["type"] == "configure"]
+    assert configures == [{"type": "configure", "wake": {"phrases": ["ABC", "hey kitt"]}},
+                          {"type": "configure", "wake": {"phrases": ["ABC", "hey kitt"], "mode": "required"}},
+                          {"type": "configure", "eager": True}]
+    assert page.inner_text(".errors") == ""  # the server took them
+    page.click("#connect")  # disconnect; the next session starts with them
+    status_is(page, "not connected")
+    page.click("#connect")
+    status_is(page, "connected")
+    start = [frame for frame in sent if frame["type"] == "start"][-1]
+    assert start["wake"] == {"phrases": ["ABC", "hey kitt"], "mode": "required"} and start["eager"] is True
+
+
+def stream_file(page: Page, path: Path) -> None:
+    page.set_input_files("#file", str(path))
+    page.click("#file-start")
+    page.wait_for_selector("#file-start:has-text('Stop file')")
+
+
+def test_wake_required_on_the_page_filters_and_commits(page: Page, tmp_path: Path) -> None:
+    """Wake phrase "ABC", mode required, set on the page; the tone model hears exactly: "打开车门"
+    alone is filtered (and the file's source stops at once, not after the 15 s cap), "ABC打开车门"
+    is committed as "打开车门" with the wake phrase marked."""
+    page.fill("#token", TOKEN)
+    page.fill("#seat", "passenger")
+    page.fill("#wake-phrases", "ABC")
+    page.select_option("#wake-mode", "required")
+    card = '.seat[data-seat="passenger"]'
+    stream_file(page, wav_of(tmp_path / "not-addressed.wav", SPOKEN, lead_ms=300, tail_ms=300))
+    try:
+        page.wait_for_selector(f'{card} .turn.filtered[data-turn="1"]', timeout=20_000)
+    except PlaywrightTimeout:
+        raise AssertionError(f"no filtered turn in 20 s; the page shows:\n{page.inner_text('body')}") from None
+    filtered = f'{card} .turn.filtered[data-turn="1"]'
+    assert page.inner_text(f"{filtered} .filtered-head .text") == SPOKEN
+    assert page.inner_text(f"{filtered} .verdict") == "filtered: not addressed to the assistant (no wake phrase)"
+    assert page.locator(f"{filtered} .segment.final .text").all_inner_texts() == [SPOKEN]
+    # the turn is over: the file's source stops by itself (1 s after the file at least, never 15 s)
+    page.wait_for_selector("#file-start:has-text('Stream file')", timeout=3_000)
+
+    stream_file(page, wav_of(tmp_path / "addressed.wav", "ABC" + SPOKEN, lead_ms=300, tail_ms=300))
+    try:
+        page.wait_for_selector(f'{card} .turn.committed[data-turn="2"]', timeout=20_000)
+    except PlaywrightTimeout:
+        raise AssertionError(f"no commit in 20 s; the page shows:\n{page.inner_text('body')}") from None
+    committed = f'{card} .turn.committed[data-turn="2"]'
+    assert page.inner_text(f"{committed} .commit .text") == SPOKEN
+    assert page.locator(f"{committed} .segment.final .text").all_inner_texts() == [SPOKEN]
+    assert page.inner_text(f"{committed} .mark.wake") == "wake phrase “ABC” heard as “ABC”"
+    assert page.inner_text(f"{committed} .wake-state") == "woken by “ABC”"
+    assert "wake phrase “ABC” left out of the text" in page.inner_text(f"{committed} .segment.final .detail")
+    page.wait_for_selector("#file-start:has-text('Stream file')", timeout=3_000)
+    assert page.locator(f"{card} pre.raw").count() == 0
+
+
 def test_a_missing_msgpack_library_is_said_on_the_page(browser: Browser, console_server: RunningServer) -> None:
     context = browser.new_context()
     page = context.new_page()
     page.route("**/console/vendor/msgpack.min.js", lambda route: route.fulfill(status=404, body="missing"))
     page.goto(f"{console_server.http}/console/")
     page.wait_for_selector("#missing", state="visible")
-    assert "npm ci --prefix kitt_stt/console" in page.inner_text("#missing")
+    assert "make console" in page.inner_text("#missing")
+    assert "npm ci --prefix kitt_stt/console --ignore-scripts" in page.inner_text("#missing")
     assert page.is_disabled("#mic") and page.is_disabled("#connect")
     context.close()
 

@@ -117,6 +117,8 @@ async def test_wake_off_by_default_and_settings_are_checked(wake_server) -> None
             await session.configure(wake=bad)
             [error] = await collect_until(session, lambda fs: bool(of_type(fs, "error")))
             assert error["code"] == "bad_field" and message in error["message"] and not error["fatal"]
+            assert error["message"].startswith("wake: ") and "wake: wake" not in error["message"]
+            assert "Value error" not in error["message"]
 
 
 @pytest.mark.parametrize(("script", "expected"), [("traditional", "打開車門"), ("as_is", "打开车门")])

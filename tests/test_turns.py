@@ -13,6 +13,7 @@ from kitt_stt.audio.ring import SampleRing
 from kitt_stt.pipeline.eot import HoldRule, SilenceTimeoutPolicy, TurnSensePolicy
 from kitt_stt.pipeline.turn import TurnState, TurnTracker, join_texts
 from kitt_stt.pipeline.turn_text import TextEnding, text_ending
+from kitt_stt.text import TextStage
 from kitt_stt.turnsense.model import TurnPrediction
 
 WAIT_MS = 150
@@ -211,6 +212,11 @@ HOLD = HoldRule(threshold=1.01, wait_ms=WAIT_MS * 3)
         ("call my", TextEnding.UNFINISHED),
         ("um", TextEnding.UNFINISHED),
         ("把", TextEnding.UNFINISHED),
+        ("把空调", TextEnding.UNFINISHED),  # 把 and its object, no verb yet
+        ("把它关了", TextEnding.OPEN),
+        ("调整方向", TextEnding.OPEN),  # 向 ends words: no single-character rule for it
+        ("把空调调暖和", TextEnding.OPEN),
+        ("帮我提交申请", TextEnding.OPEN),
         ("打开车窗还有", TextEnding.UNFINISHED),
         ("我想", TextEnding.UNFINISHED),
         ("嗯，", TextEnding.UNFINISHED),
@@ -279,18 +285,83 @@ async def test_eager_then_resumed_then_one_commit_with_the_same_turn_id() -> Non
     assert h.commits == []
 
 
-@pytest.mark.parametrize(("probability", "text", "session_wants_it"), [
-    (0.95, "打开车门", True),  # confident: the commit comes at once, no eager before it
-    (0.3, "打开车门", True),  # below the eager threshold
-    (0.5, "turn on the", True),  # held by its words: not "probably over"
-    (0.5, "打开车门", False),  # the session did not ask
-    (0.5, "", True),  # nothing to answer
+@pytest.mark.parametrize(("probability", "text", "session_wants_it", "frames"), [
+    (0.95, "打开车门", True, ["commit"]),  # confident: the commit comes at once, no eager before it
+    (0.3, "打开车门", True, ["commit"]),  # below the eager threshold
+    (0.5, "turn on the", True, []),  # held by its words (3 x WAIT_MS): not "probably over", no commit yet
+    (0.5, "打开车门", False, ["commit"]),  # the session did not ask
+    (0.5, "", True, []),  # nothing to answer, nothing to commit
 ])
-async def test_no_eager(probability: float, text: str, session_wants_it: bool) -> None:
+async def test_no_eager(probability: float, text: str, session_wants_it: bool, frames: list[str]) -> None:
     h = harness(policy=eager_policy(), eager=session_wants_it)
     speak(h, 1, text, probability)
-    await asyncio.sleep(WAIT_MS * 4 / 1000)
-    assert [frame["type"] for frame in h.commits] in (["commit"], [])
+    await asyncio.sleep(WAIT_MS * 2 / 1000)
+    assert [frame["type"] for frame in h.commits] == frames
+
+
+def staged_harness(wake: dict | None = None, text: dict | None = None, policy=None) -> tuple[Harness, TextStage]:
+    from kitt_stt.text import TextSettings, WakeSettings
+
+    stage = TextStage(TextSettings(**(text or {})), WakeSettings(**(wake or {})))
+    return harness(policy=policy or eager_policy(), eager=True), stage
+
+
+def staged_speak(h: Harness, stage: TextStage, segment_id: int, text: str, p: float | None,
+                 start_ms: int = 0, end_ms: int = 500, lang: str | None = None) -> None:
+    turn = h.tracker.begin_segment(segment_id, start_ms, stage)
+    turn.prediction = None if p is None else prediction(p)
+    staged = stage.final(text, lang, detect_wake=turn.at_start(segment_id))
+    h.tracker.segment_final(turn, segment_id, text, end_ms, time.perf_counter(), lang, staged)
+
+
+async def test_no_eager_for_a_turn_that_will_be_filtered() -> None:
+    h, stage = staged_harness(wake={"phrases": ("ABC",), "mode": "required"})
+    staged_speak(h, stage, 1, "我们先去吃饭吧", 0.5)
+    assert [f["type"] for f in [await h.next_commit()]] == ["filtered"]
+    assert h.commits == []
+
+
+async def test_eager_text_is_the_commit_text_with_itn() -> None:
+    h, stage = staged_harness()
+    staged_speak(h, stage, 1, "set the temperature to twenty six degrees", 0.5, lang="en")
+    eager, commit = await h.next_commit(), await h.next_commit()
+    assert eager["type"] == "turn_eager" and commit["type"] == "commit"
+    assert eager["text"] == commit["text"] == "set the temperature to 26 degrees"
+
+
+async def test_noise_turns_neither_close_nor_reopen_the_follow_up_window() -> None:
+    h, stage = staged_harness(wake={"phrases": ("ABC",), "mode": "required", "follow_up_ms": 8000},
+                              policy=SilenceTimeoutPolicy(30))  # decisions at once, by silence
+    staged_speak(h, stage, 1, "ABC", None, 0, 1000)  # the wake phrase alone: a window to 9000
+    await asyncio.sleep(0.1)
+    for index, start in enumerate((7000, 14_000, 21_000, 28_000, 35_000)):  # noise every 7 s, inside each window
+        staged_speak(h, stage, 2 + index, "", None, start, start + 500)
+        await asyncio.sleep(0.1)
+    staged_speak(h, stage, 9, "我们先去吃饭吧", None, 40_000, 41_000)  # within 8 s of the last noise
+    assert [(await h.next_commit())["type"] for _ in range(2)] == ["wake", "filtered"]  # wake: the first turn
+
+
+def test_a_wake_phrase_counts_only_while_earlier_finals_said_nothing_else() -> None:
+    from kitt_stt.pipeline.turn import Turn
+    from kitt_stt.text import StagedText
+
+    turn = Turn(start_ms=0, segment_ids=[1, 2])
+    assert not turn.at_start(2)  # segment 1's final is still pending: it may hold words
+    turn.staged_finals[1] = StagedText("")  # the wake phrase alone
+    assert turn.at_start(2)
+    turn.staged_finals[1] = StagedText("打开车窗")
+    assert not turn.at_start(2) and turn.at_start(1)
+
+
+async def test_a_failing_text_stage_costs_no_commit() -> None:
+    class Broken(TextStage):
+        def final(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            raise RuntimeError("grammar crashed")
+
+    h = harness(policy=SilenceTimeoutPolicy(30))
+    turn = h.tracker.begin_segment(1, 0, Broken())
+    h.tracker.segment_final(turn, 1, "打开车门", 500, time.perf_counter())
+    assert (await h.next_commit())["text"] == "打开车门"
 
 
 async def test_turn_ids_stay_consecutive_across_noise_turns() -> None:
@@ -301,3 +372,22 @@ async def test_turn_ids_stay_consecutive_across_noise_turns() -> None:
     await asyncio.sleep(WAIT_MS * 1.5 / 1000)
     speak(h, 3, "CD", None)
     assert (await h.next_commit())["turn_id"] == 2
+
+
+async def test_a_decision_overtaken_by_speech_does_not_commit() -> None:
+    """Regression: the prediction made at the pause is often done before the final, and a cancel
+    that reaches the decision while it awaits a done future was lost (``wait_for`` before 3.12
+    swallows it): the turn was committed mid-speech and the next segment's text never was."""
+    h = harness(policy=TurnSensePolicy(0.9, 300, eager_threshold=0.5), eager=True)
+    turn = h.tracker.begin_segment(1, 0)
+    turn.prediction = prediction(0.95)
+    await asyncio.sleep(0.01)  # the prediction is done before the final, as at a pause
+    h.tracker.segment_final(turn, 1, "打开", 500, time.perf_counter())
+    await asyncio.sleep(0)  # the decision starts and awaits the done prediction
+    resumed = h.tracker.begin_segment(2, 900)  # speech resumes in the same loop iteration
+    await asyncio.sleep(0.05)
+    assert h.commits == [] and resumed is turn
+    resumed.prediction = prediction(0.95)
+    h.tracker.segment_final(resumed, 2, "车门", 1400, time.perf_counter())
+    commit = await h.next_commit()
+    assert commit["text"] == "打开车门" and commit["segment_ids"] == [1, 2]

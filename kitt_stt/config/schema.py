@@ -192,6 +192,13 @@ class AsrConfig(_Section):
     interim_queue_budget_ms: int = Field(default=300, ge=0)
     naive: bool = False
 
+    @field_validator("chunk_pause_ms")
+    @classmethod
+    def _whole_frames(cls, value: int) -> int:
+        if 0 < value < 20:
+            raise ValueError("must be 0 (chunking off) or at least 20 (one VAD frame)")
+        return value
+
     @field_validator("hotwords")
     @classmethod
     def _check_hotwords(cls, value: list[str]) -> list[str]:

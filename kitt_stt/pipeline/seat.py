@@ -52,6 +52,7 @@ from kitt_stt.protocol.errors import ErrorCode
 from kitt_stt.protocol.frames import ErrorFrame, FinalFrame, InterimFrame, ServerFrame, SpeechStartFrame
 from kitt_stt.scheduler import DecodeOutcome, InferenceScheduler, Priority
 from kitt_stt.scheduler.inference import TraceTag
+from kitt_stt.text import StagedText
 from kitt_stt.turnsense.features import WINDOW_SAMPLES
 from kitt_stt.turnsense.model import TurnPrediction
 from kitt_stt.turnsense.runner import TurnModelRunner
@@ -185,6 +186,8 @@ class SeatPipeline:
         self._segment = segment
         self._segment_turn = self._turns.begin_segment(segment.segment_id, event.audio_ms, segment.stage,
                                                        segment.engine_itn)
+        if self._segment_turn.stage is not None:  # `text`/`wake` set mid-turn apply from the next turn
+            segment.stage = self._segment_turn.stage
         self._emit(SpeechStartFrame(seat=self.seat, segment_id=segment.segment_id, audio_ms=event.audio_ms))
 
     def _new_chunk_tracker(self) -> ChunkTracker:
@@ -204,7 +207,8 @@ class SeatPipeline:
             segment.pause_prediction = None
         cut = segment.chunks.boundary_after(samples, voiced, segment.buffer.samples)
         if cut is not None:
-            if cut.kind is CutKind.PAUSE:
+            if cut.kind is CutKind.PAUSE and not any(not p.done() for p in self._predictions):
+                # one guess at a time per seat: the model's one thread serves every session
                 segment.pause_prediction = self._predict_turn()
             if self._chunk_admitted(cut):
                 self._close_chunk(segment, cut.position)
@@ -363,10 +367,8 @@ class SeatPipeline:
                       "tail_audio_ms": request.samples.shape[0] // 16 if request is not None else 0,
                       "chunk_wait_ms": round(max(0.0, chunks_ready - segment.ended_at) * 1000.0, 2)}
         if previous is not None:
-            await asyncio.shield(previous)
-        # after the previous final: whether a wake phrase counts depends on what the turn said before.
-        # Inline, not on a thread: the ITN grammars hold the GIL, so a thread would not free the loop.
-        staged = segment.stage.final(text, lang, segment.engine_itn, detect_wake=turn.at_start(segment.segment_id))
+            await asyncio.wait({previous})  # in order; a failure there (logged) must not lose this final
+        staged = self._staged_final(segment, turn, text, lang)
         if staged.wake is not None:
             self._turns.announce_wake(turn, segment.segment_id, staged.wake, segment.end_ms)
         latency_ms = (time.perf_counter() - segment.ended_at) * 1000.0
@@ -380,8 +382,18 @@ class SeatPipeline:
             timing=timing, end_reason=segment.end_reason,
             wake=None if staged.wake is None else {"phrase": staged.wake.phrase, "text": staged.wake.heard},
         ))
-        self._turns.segment_final(turn, segment.segment_id, text, segment.end_ms, segment.ended_at, lang,
-                                  words=bool(staged.text))
+        self._turns.segment_final(turn, segment.segment_id, text, segment.end_ms, segment.ended_at, lang, staged)
+
+    def _staged_final(self, segment: Segment, turn: Turn, text: str, lang: str | None) -> StagedText:
+        """The final through the text stage, after the previous final (whether a wake phrase counts
+        depends on what the turn said before). Inline, not on a thread: the ITN grammars hold the
+        GIL, so a thread would not free the loop. A fault there sends the text as recognised."""
+        try:
+            return segment.stage.final(text, lang, segment.engine_itn, detect_wake=turn.at_start(segment.segment_id))
+        except Exception:
+            log.exception("text stage failed on a final (seat %s, segment %d); sending it as recognised",
+                          self.seat, segment.segment_id, extra={"segment": segment.segment_id})
+            return StagedText(text)
 
     def _trace_tag(self, segment: Segment) -> TraceTag | None:
         if self._observe.tracer is None:

@@ -39,6 +39,8 @@ from kitt_stt.turnsense.model import TurnPrediction
 
 log = logging.getLogger(__name__)
 
+RESTAGE_MAX_CHARS = 200  # turns up to this long go through the text stage again as one text
+
 
 class TurnState(StrEnum):
     IDLE = "idle"
@@ -59,8 +61,8 @@ class Turn:
     eager_sent: bool = False  # a turn_eager went out since speech last resumed
     stage: TextStage | None = None  # the text stage in force when the turn began
     engine_itn: bool = False  # the engine already wrote numbers as digits (SenseVoice use_itn)
-    lang: str | None = None  # the language of its last final
-    words: dict[int, bool] = field(default_factory=dict)  # per segment: words beyond a wake phrase
+    langs: set[str | None] = field(default_factory=set)  # the languages its finals reported
+    staged_finals: dict[int, StagedText] = field(default_factory=dict)  # each final as it was sent
     wake_sent: bool = False
 
     def text(self) -> str:
@@ -69,15 +71,24 @@ class Turn:
 
     def at_start(self, segment_id: int) -> bool:
         """Whether nothing but wake phrases was said in the turn before ``segment_id``: only there
-        does a wake phrase count."""
-        return not any(self.words.get(earlier) for earlier in self.segment_ids if earlier < segment_id)
+        does a wake phrase count. An earlier segment whose final is still pending may hold words."""
+        earlier = [other for other in self.segment_ids if other < segment_id]
+        return all(other in self.staged_finals and not self.staged_finals[other].text for other in earlier)
 
     def staged(self) -> StagedText:
-        """The whole turn through every step of the text stage (run again on the joined text, so a
-        wake phrase or a number split by a pause is still found)."""
+        """The whole turn through the text stage. A short turn is run again as one text, so a wake
+        phrase or a number split by a pause ("你好" | "小凯打开", "二十" | "六度") is still found; a
+        long one joins its finals as they were sent, because ITN's cost grows with the text and
+        runs on the event loop (``docs/text.md``)."""
         if self.stage is None:
             return StagedText(self.text())
-        return self.stage.final(self.text(), self.lang, self.engine_itn)
+        text = self.text()
+        if len(text) <= RESTAGE_MAX_CHARS:
+            lang = next(iter(self.langs)) if len(self.langs) == 1 else None  # mixed: read it from the text
+            return self.stage.final(text, lang, self.engine_itn)
+        finals = [self.staged_finals[sid] for sid in self.segment_ids if sid in self.staged_finals]
+        wake = next((final.wake for final in finals if final.wake is not None), None)
+        return StagedText(join_texts(final.text for final in finals), wake)
 
 
 def join_texts(parts: Iterable[str]) -> str:
@@ -195,12 +206,12 @@ class TurnTracker:
         return self._current
 
     def segment_final(self, turn: Turn, segment_id: int, text: str, end_ms: int, speech_ended_at: float,
-                      lang: str | None = None, words: bool | None = None) -> None:
-        """A segment's final went out (``text`` as recognised; ``words``: whether anything but a
-        wake phrase was in it); when the turn has no open segment left, start deciding."""
+                      lang: str | None = None, staged: StagedText | None = None) -> None:
+        """A segment's final went out (``text`` as recognised, ``staged`` as sent); when the turn
+        has no open segment left, start deciding."""
         turn.texts[segment_id] = text
-        turn.words[segment_id] = bool(text) if words is None else words
-        turn.lang = lang or turn.lang
+        turn.staged_finals[segment_id] = staged or StagedText(text)
+        turn.langs.add(lang)
         turn.pending_finals -= 1
         turn.end_ms = max(turn.end_ms, end_ms)
         turn.speech_ended_at = max(turn.speech_ended_at, speech_ended_at)
@@ -215,13 +226,19 @@ class TurnTracker:
         self._waiting = asyncio.create_task(self._decide(turn, context))
 
     def _announce_eager(self, turn: Turn, probability: float) -> None:
-        """Tell the client the turn is probably over, once per decision point. Not while an
-        earlier flushed turn still waits to commit: its commit must take the lower turn_id."""
-        if turn is not self._current or turn.eager_sent:
+        """Tell the client the turn is probably over, once per decision point, with the text its
+        commit would have. Not for a turn that would not be committed (wake phrase alone, or
+        filtered), nor while an earlier flushed turn still waits to commit (its commit must take
+        the lower turn_id), nor for a decision that speech has already overtaken."""
+        if not self._deciding(turn) or turn.eager_sent:
             return
-        text = turn.text() if turn.stage is None else turn.stage.interim(turn.text(), turn.lang).text
-        if (not text and not self._commit_empty) or (self._commit_chain is not None and not self._commit_chain.done()):
+        staged = self._staged(turn)
+        wake = None if turn.stage is None else self._wake_gate.peek(turn.stage.wake_settings, staged, turn.start_ms)
+        if not staged.text or (wake is not None and wake.action is not TurnAction.COMMIT):
             return
+        if self._commit_chain is not None and not self._commit_chain.done():
+            return
+        text = staged.text
         turn.eager_sent = True
         self._emit(TurnEagerFrame(seat=self._seat, turn_id=self._announce(turn), text=text,
                                   probability=round(probability, 4)))
@@ -235,6 +252,13 @@ class TurnTracker:
     def _too_long(self, turn: Turn) -> bool:
         return turn.end_ms - turn.start_ms >= self._max_duration_ms
 
+    def _deciding(self, turn: Turn) -> bool:
+        """Whether the running task is still the turn's live decision. A cancel that reaches a
+        decision just as an awaited future completes can be lost (``asyncio.wait_for`` before
+        3.12 swallows it), so the decision checks that speech has not resumed before it acts."""
+        return (turn is self._current and self._waiting is not None and self._waiting is asyncio.current_task()
+                and not turn.pending_finals)
+
     async def _decide(self, turn: Turn, context: TurnContext) -> None:
         try:
             decision = await self._policy.decide(context)
@@ -243,7 +267,7 @@ class TurnTracker:
         except Exception:
             log.exception("end-of-turn policy failed; committing on timeout")
             decision = Decision(CommitReason.TIMEOUT, context.waited_ms())
-        if turn is not self._current:
+        if not self._deciding(turn):
             return
         self._current = None
         self._waiting = None
@@ -255,7 +279,7 @@ class TurnTracker:
         self._commit_chain = asyncio.create_task(self._commit_after(previous, turn, decision))
 
     async def _commit_after(self, previous: asyncio.Task[None], turn: Turn, decision: Decision) -> None:
-        await asyncio.shield(previous)
+        await asyncio.wait({previous})  # its failure (logged there) must not cost this turn its commit
         self._commit(turn, decision)
 
     def flush(self, reason: CommitReason) -> asyncio.Task[None] | None:
@@ -269,9 +293,9 @@ class TurnTracker:
 
         async def commit_when_ready() -> None:
             if finals_done is not None:
-                await finals_done
+                await asyncio.wait({asyncio.ensure_future(finals_done)})
             if previous is not None:
-                await asyncio.shield(previous)
+                await asyncio.wait({previous})
             ended = turn.speech_ended_at or time.perf_counter()
             self._commit(turn, Decision(reason, wait_ms=(time.perf_counter() - ended) * 1000.0))
 
@@ -286,8 +310,21 @@ class TurnTracker:
         self._emit(WakeFrame(seat=self._seat, segment_id=segment_id, phrase=wake.phrase, text=wake.heard,
                              audio_ms=audio_ms))
 
+    def _staged(self, turn: Turn) -> StagedText:
+        """The turn through the text stage; its text as recognised if the stage fails (a fault there
+        must not cost the turn its commit)."""
+        try:
+            return turn.staged()
+        except Exception:
+            log.exception("text stage failed on a turn; committing the text as recognised")
+            return StagedText(turn.text())
+
     def _commit(self, turn: Turn, decision: Decision) -> None:
-        staged = turn.staged()
+        staged = self._staged(turn)
+        if not staged.text and staged.wake is None:  # only noise: the client saw its empty finals
+            if self._commit_empty:
+                self._emit_commit(turn, decision, staged.text, None)
+            return
         wake = None if turn.stage is None else self._wake_gate.decide(
             turn.stage.wake_settings, staged, turn.start_ms, turn.end_ms)
         if staged.wake is not None:
@@ -295,15 +332,16 @@ class TurnTracker:
         if wake is not None and wake.action is TurnAction.WAKE_ONLY:
             return  # only the wake phrase: the next turn within follow_up_ms counts as woken
         text = staged.text
-        if not text and not self._commit_empty:  # only noise: the client saw its empty finals
-            return
         if wake is not None and wake.action is TurnAction.FILTER:
             self._emit(FilteredFrame(seat=self._seat, turn_id=self._announce(turn), text=text,
                                      segment_ids=list(turn.segment_ids)))
             return
+        self._emit_commit(turn, decision, text, None if wake is None else wake.metadata())
+
+    def _emit_commit(self, turn: Turn, decision: Decision, text: str, wake: dict[str, object] | None) -> None:
         metadata = decision.as_metadata()
         if wake is not None:
-            metadata["wake"] = wake.metadata()
+            metadata["wake"] = wake
         frame = CommitFrame(seat=self._seat, turn_id=self._announce(turn), text=text,
                             segment_ids=list(turn.segment_ids), metadata=metadata)
         log.debug("turn committed: %s after %.0f ms", decision.reason.value, decision.wait_ms,

@@ -36,17 +36,22 @@ _ENGLISH_UNFINISHED = frozenset({
 })
 
 # Mandarin endings that leave a request hanging: a conjunction, a coverb waiting for its object
-# ("把空调", "往"), "I want" waiting for its verb ("我想"), a filler ("嗯", "呃"). Traditional
-# forms where they differ. Kept out because they end complete replies: "的" ("好的", "是的"),
-# "到" ("收到"), "在" ("我在"), "对" ("对"), "要"/"能"/"可以" ("不要", "可以"), "这个"/"那个"
-# ("this one"), "就是" ("exactly").
+# ("把空调"), "I want" waiting for its verb ("我想"), a filler ("嗯", "呃"). Traditional forms
+# where they differ. Matched as suffixes, so single characters are only those that do not end
+# common words: not 和 (暖和), 向 (方向), 请 (申请), 让 (转让), 往 (以往), 从 (服从), 将 (大将).
+# Kept out because they end complete replies: 的 (好的), 到 (收到), 在 (我在), 对, 要/能/可以
+# (不要, 可以), 这个/那个 ("this one"), 就是 ("exactly"), 麻烦 (太麻烦).
 _MANDARIN_UNFINISHED = tuple(sorted({
-    "和", "跟", "或者", "还是", "還是", "还有", "還有", "然后", "然後", "但是", "可是", "而且",
+    "跟", "把", "被",
+    "或者", "还是", "還是", "还有", "還有", "然后", "然後", "但是", "可是", "而且",
     "因为", "因為", "所以", "如果", "要是", "并且", "並且",
-    "把", "将", "將", "被", "让", "讓", "从", "從", "往", "向",
-    "帮我", "幫我", "请", "請", "麻烦", "麻煩", "我想", "我要", "我需要", "我打算",
+    "帮我", "幫我", "给我把", "給我把", "我想", "我要", "我需要", "我打算",
     "嗯", "呃",
 }, key=len, reverse=True))
+_MANDARIN_FINISHED_COMPOUNDS = ("一把", "车把", "車把", "被被")  # end in 把/被 but complete
+# 把 puts the object before the verb: "把空调" (at most two characters after the last 把, too short
+# for an object and its verb; "把它关了" has three) still waits for the verb.
+_BA_WITHOUT_VERB = re.compile(r"把[^把，。！？、,.!?\s]{1,2}$")
 
 _TRAILING_PUNCTUATION = re.compile(r"[\s.,!?;:…。，！？；：、\"'”’)\]}]+$")
 _LAST_LATIN_WORD = re.compile(r"([A-Za-z][A-Za-z']*)$")
@@ -61,5 +66,6 @@ def text_ending(text: str) -> TextEnding:
     if word is not None:
         unfinished = word.group(1).lower() in _ENGLISH_UNFINISHED
     else:
-        unfinished = stripped.endswith(_MANDARIN_UNFINISHED)
+        unfinished = ((stripped.endswith(_MANDARIN_UNFINISHED) and not stripped.endswith(_MANDARIN_FINISHED_COMPOUNDS))
+                      or _BA_WITHOUT_VERB.search(stripped) is not None)
     return TextEnding.UNFINISHED if unfinished else TextEnding.OPEN

@@ -440,5 +440,6 @@ def _merged(name: str, model: type[SettingsT], current: SettingsT, given: Client
     try:
         return model.model_validate({**current.model_dump(), **given.model_dump(exclude_none=True)})
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, error['loc'])) or name}: {error['msg']}" for error in exc.errors())
+        problems = "; ".join((f"{'.'.join(map(str, error['loc']))}: " if error["loc"] else "")
+                             + error["msg"].removeprefix("Value error, ") for error in exc.errors())
         raise ProtocolError(ErrorCode.BAD_FIELD, f"{name}: {problems}") from None

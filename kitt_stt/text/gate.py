@@ -45,20 +45,28 @@ class WakeGate:
 
     def decide(self, settings: WakeSettings, staged: StagedText, start_ms: int, end_ms: int) -> TurnWake | None:
         """What to do with a turn whose joined text went through :meth:`TextStage.final`
-        (``staged``), spoken from ``start_ms`` to ``end_ms`` of the seat's audio.  ``None``: wake
-        handling is off; commit as before, without ``metadata.wake``."""
+        (``staged``), spoken from ``start_ms`` to ``end_ms`` of the seat's audio, and remember the
+        follow-up window it opens.  ``None``: wake handling is off; commit as before, without
+        ``metadata.wake``.  A turn with no words and no wake phrase (noise) must not be passed:
+        it would close the window, or reopen it."""
+        decision = self.peek(settings, staged, start_ms)
+        if decision is not None:
+            if decision.woken:
+                self._window_end_ms, self._window_phrase = end_ms + settings.follow_up_ms, decision.phrase
+            else:
+                self._window_end_ms = self._window_phrase = None
+        return decision
+
+    def peek(self, settings: WakeSettings, staged: StagedText, start_ms: int) -> TurnWake | None:
+        """What :meth:`decide` would say now, without changing the window (for ``turn_eager``)."""
         if settings.mode is WakeMode.OFF:
             return None
         follow_up = self._window_end_ms is not None and start_ms <= self._window_end_ms
-        window_phrase = self._window_phrase
-        self._window_end_ms = self._window_phrase = None
         wake = staged.wake
         if wake is not None and wake.alone:
-            self._window_end_ms, self._window_phrase = end_ms + settings.follow_up_ms, wake.phrase
             return TurnWake(TurnAction.WAKE_ONLY, True, wake.phrase, follow_up)
         if wake is not None or follow_up:  # a woken commit keeps the conversation open as well
-            phrase = wake.phrase if wake is not None else window_phrase
-            self._window_end_ms, self._window_phrase = end_ms + settings.follow_up_ms, phrase
+            phrase = wake.phrase if wake is not None else self._window_phrase
             return TurnWake(TurnAction.COMMIT, True, phrase, follow_up and wake is None)
         action = TurnAction.FILTER if settings.mode is WakeMode.REQUIRED else TurnAction.COMMIT
         return TurnWake(action, False, None, False)

@@ -67,8 +67,18 @@ class WetextNormalizer(InverseNormalizer):
     def normalize(self, text: str, language: TextLanguage) -> str:
         if not _has_number(text, language):
             return text
-        written = _normalizer(language).normalize(text)
-        return spoken_units(written, text, language) if self._params.spoken_units else written
+        pieces = _split_kept(text, language)  # words that only look like numbers stay as they are
+        return "".join(piece if index % 2 else self._normalize_piece(piece, language)
+                       for index, piece in enumerate(pieces))
+
+    def _normalize_piece(self, text: str, language: TextLanguage) -> str:
+        if not text.strip() or not _has_number(text, language):
+            return text
+        written = _normalizer(language).normalize(text.strip())
+        if self._params.spoken_units:
+            written = spoken_units(written, text.strip(), language)
+        lead, trail = text[: len(text) - len(text.lstrip())], text[len(text.rstrip()):]
+        return lead + written + trail
 
     @staticmethod
     def load() -> None:
@@ -77,6 +87,29 @@ class WetextNormalizer(InverseNormalizer):
             _normalizer(language)
 
 
+
+
+# Words the grammars would turn into numbers although they are none: "wait a second", "call mom
+# first", "first of all" (an ordinal after "the" or a tens word: "the third exit", "twenty first"),
+# "十分感谢" (十分 is "very" unless minutes or a fraction follow: 十分钟, 十分之一). Split out and
+# left as they are.
+_EN_KEEP = re.compile(r"\b(?:first|second|third)\b", re.IGNORECASE)
+_EN_ORDINAL_BEFORE = re.compile(r"\b(?:the|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety)[\s-]$",
+                                re.IGNORECASE)
+_ZH_KEEP = re.compile(r"十分(?![钟鐘之])")
+
+
+def _split_kept(text: str, language: TextLanguage) -> list[str]:
+    """``text`` in pieces; the odd ones are words to keep as they are."""
+    if language is TextLanguage.EN:
+        spans = [m.span() for m in _EN_KEEP.finditer(text) if not _EN_ORDINAL_BEFORE.search(text[: m.start()])]
+    else:
+        spans = [m.span() for m in _ZH_KEEP.finditer(text)]
+    pieces, last = [], 0
+    for start, end in spans:
+        pieces += [text[last:start], text[start:end]]
+        last = end
+    return [*pieces, text[last:]]
 
 
 _ZH_NUMERALS = frozenset("零〇一二三四五六七八九十百千万亿两幺壹贰叁肆伍陆柒捌玖拾佰仟萬億兩")

@@ -2,9 +2,10 @@
 
 Steps, in order: script conversion (:mod:`.script`), wake-phrase detection and stripping
 (:mod:`.wake`), inverse text normalisation (:mod:`.itn`).  Interims get the cheap two (tens of
-microseconds); finals and commits all three (ITN costs a millisecond or more, so those run off the
-event loop).  Engines still strip their own tags (``kitt_stt/asr/text.py``): SenseVoice's tags carry
-the language, emotion and event the engine reports, so they are parsed where they are read.
+microseconds); finals and commits all three (ITN costs a millisecond or more and holds the GIL, so
+the pipeline runs it inline and keeps what it feeds it short: ``docs/text.md``).  Engines still
+strip their own tags (``kitt_stt/asr/text.py``): SenseVoice's tags carry the language, emotion and
+event the engine reports, so they are parsed where they are read.
 """
 
 from __future__ import annotations

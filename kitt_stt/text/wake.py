@@ -96,12 +96,13 @@ class WakeSettings(BaseModel):
 def _checked_phrase(phrase: str) -> str:
     """A phrase as configured, stripped; refused when it could never be heard or never be shown."""
     stripped = phrase.strip()
+    shown = repr(phrase) if len(phrase) <= 40 else repr(phrase[:40]) + f"… ({len(phrase)} characters)"
     if not 1 <= len(stripped) <= MAX_WAKE_PHRASE_CHARS:
-        raise ValueError(f"wake phrase {phrase!r} must have 1-{MAX_WAKE_PHRASE_CHARS} characters")
+        raise ValueError(f"wake phrase {shown} must have 1-{MAX_WAKE_PHRASE_CHARS} characters")
     if not stripped.isprintable():
-        raise ValueError(f"wake phrase {phrase!r} has a control, format or separator character")
+        raise ValueError(f"wake phrase {shown} has a control, format or separator character")
     if not tokenize(stripped):
-        raise ValueError(f"wake phrase {phrase!r} has no letter, digit or Chinese character to listen for")
+        raise ValueError(f"wake phrase {shown} has no letter, digit or Chinese character to listen for")
     return stripped
 
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sys
 import tempfile
@@ -67,7 +68,10 @@ def main() -> int:
                         help="who ends the speech: the server's VAD (client sends audio only) or `vad stop`")
     parser.add_argument("--pauses", type=int, nargs="+", default=[450], help="ms between phrase repetitions")
     parser.add_argument("--tail-ms", type=int, default=2000, help="silence after the speech (--vad server)")
-    parser.add_argument("--modes", nargs="+", choices=["optimised", "naive"], default=["optimised", "naive"])
+    parser.add_argument("--modes", nargs="+", choices=["optimised", "naive", "0.1-defaults"],
+                        default=["optimised", "naive"],
+                        help="0.1-defaults: the shipped code with release 0.1's endpointing and chunking settings "
+                             "(vad.silence_ms 500, asr.chunk_pause_ms 200, asr.max_chunk_ms 10000)")
     args = parser.parse_args()
     from kitt_stt.config.schema import AppConfig
     from kitt_stt.models.registry import default_cache_dir
@@ -89,9 +93,12 @@ def main() -> int:
                   "turn": {"model": None, "wait_ms": 300}, "server": {"max_seats": 16}}
         naive = {**common, "asr": {**common["asr"], "naive": True},
                  "vad": {**common["vad"], "max_segment_ms": args.naive_max_segment_ms}}
+        old_defaults = {**common, "asr": {**common["asr"], "chunk_pause_ms": 200, "max_chunk_ms": 10_000},
+                        "vad": {**common["vad"], "silence_ms": 500}}
+        configs = {"optimised": common, "naive": naive, "0.1-defaults": old_defaults}
         cache = default_cache_dir()
-        with run_server(work, cache, common) as fast, run_server(work, cache, naive) as slow:
-            servers = {"optimised": fast, "naive": slow}
+        with contextlib.ExitStack() as stack:
+            servers = {mode: stack.enter_context(run_server(work, cache, configs[mode])) for mode in args.modes}
             for seats in args.seats:
                 for length in args.lengths:
                     for vad in args.vad:
@@ -137,9 +144,10 @@ def main() -> int:
                     print(f"{length:g} s, {vad} VAD, pauses {pause} ms, {mode}: highest seat count with final "
                           f"p95 < 500 ms: {max(ok) if ok else 'none'}")
                 by_mode = {r["mode"]: r for r in cell if r["seats"] == 4}
-                if by_mode.get("naive", {}).get("p50") and by_mode.get("optimised", {}).get("p50"):
-                    print(f"{length:g} s, {vad} VAD, pauses {pause} ms, 4 seats: naive / optimised median final "
-                          f"latency = {by_mode['naive']['p50'] / by_mode['optimised']['p50']:.1f}x")
+                for other in ("naive", "0.1-defaults"):
+                    if by_mode.get(other, {}).get("p50") and by_mode.get("optimised", {}).get("p50"):
+                        print(f"{length:g} s, {vad} VAD, pauses {pause} ms, 4 seats: {other} / optimised median "
+                              f"final latency = {by_mode[other]['p50'] / by_mode['optimised']['p50']:.1f}x")
     if args.wav and texts:
         print("\n1 seat, final text: pause-chunked (optimised) vs whole-segment (naive)")
         for length in args.lengths:

@@ -7,7 +7,8 @@ import { decode, Session } from "./session.js";
 import { LiveView } from "./view.js";
 import { closeText } from "./words.js";
 
-/** After a WAV file ends, silence keeps flowing until its turn is committed, at most this long. */
+/** After a WAV file ends, silence keeps flowing until its turn ends (committed or filtered), at most
+ * this long. */
 const FILE_TAIL_MAX_MS = 15000;
 /** ...and at least this long, so the VAD sees the silence that ends the last segment. */
 const FILE_TAIL_MIN_MS = 1000;
@@ -29,6 +30,8 @@ const seq = new Map();
 window.kittConsole = {
   /** One server message, as the socket would deliver it (for tests and for trying new frames). */
   receive: (bytes) => view.handle(decode(bytes)),
+  /** Whether the seat has speech whose turn has not ended (what a WAV source waits for). */
+  pending: (seat) => view.pending(seat),
 };
 
 setUp();
@@ -37,11 +40,16 @@ function setUp() {
   for (const language of settings.languages) $("language").append(new Option(language, language));
   $("language").value = settings.language;
   $("interim").checked = settings.interim;
+  const wake = settings.wake;
+  $("wake-mode").options[0].textContent = `mode: server default (${wake.mode})`;
+  $("wake-phrases").placeholder = wake.phrases.length > 0
+    ? `server default: ${wake.phrases.join(", ")}` : "phrase, phrase, … (e.g. 你好小凯, hey kitt)";
   $("token").placeholder = settings.auth_required
     ? "this server requires one (sent as ?token= in the WebSocket URL)" : "not required by this server";
   for (const id of ["language", "interim", "eager", "hotwords"]) {
     $(id).addEventListener("change", () => reconfigure(id));
   }
+  for (const id of ["wake-phrases", "wake-mode"]) $(id).addEventListener("change", () => reconfigure("wake"));
   $("connect").addEventListener("click", () => (session ? disconnect() : connect().catch(() => {})));
   $("mic").addEventListener("click", () => toggle("microphone"));
   $("file-start").addEventListener("click", () => toggle("file"));
@@ -55,18 +63,31 @@ function setUp() {
 /** The value of one session setting, as ``start`` and ``configure`` carry it. */
 function setting(id) {
   if (id === "hotwords") return $("hotwords").value.split(",").map((word) => word.trim()).filter(Boolean);
+  if (id === "wake") return wakeSetting();
   return $(id).type === "checkbox" ? $(id).checked : $(id).value;
+}
+
+/** ``wake`` with the phrases and the mode the page sets; null when it sets neither (the server's
+ * ``wake:`` configuration applies). Phrases are separated by commas, ASCII or fullwidth. */
+function wakeSetting() {
+  const wake = {};
+  const phrases = $("wake-phrases").value.split(/[,，]/).map((phrase) => phrase.trim()).filter(Boolean);
+  if (phrases.length > 0) wake.phrases = phrases;
+  if ($("wake-mode").value) wake.mode = $("wake-mode").value;
+  return Object.keys(wake).length > 0 ? wake : null;
 }
 
 /** Open a session (once; concurrent callers share it). */
 function connect() {
   if (session?.isOpen) return Promise.resolve();
   if (connecting) return connecting;
-  // hotwords and eager only when set: otherwise the server's defaults apply (asr.hotwords, turn.eager_events)
+  // hotwords, eager and wake only when set: otherwise the server's defaults apply (asr.hotwords,
+  // turn.eager_events, wake)
   const start = { type: "start", language: setting("language"), interim: setting("interim"),
                   client: "kitt-stt console" };
   if (setting("hotwords").length > 0) start.hotwords = setting("hotwords");
   if (setting("eager")) start.eager = true;
+  if (setting("wake")) start.wake = setting("wake");
   const opening = new Session(socketUrl(), { onFrame: (frame, at) => view.handle(frame, at), onClose: closed });
   view.reset();
   seq.clear();
@@ -109,9 +130,11 @@ function closed(event, opened) {
   view.note(closeText(event, opened, settings.auth_required), normal ? "notice" : "error");
 }
 
-/** A setting changed during a session: send that one (it applies from the next segment). */
+/** A setting changed during a session: send that one (it applies from the next segment; wake from
+ * the next turn). */
 function reconfigure(id) {
-  if (session?.isOpen) session.send({ type: "configure", [id]: setting(id) });
+  const value = setting(id);
+  if (session?.isOpen && value !== null) session.send({ type: "configure", [id]: value });
 }
 
 async function toggle(kind) {
@@ -154,7 +177,8 @@ function stopSource(kind, flush = true) {
   $(`${kind}-level`).value = 0;
 }
 
-/** The file is over: keep sending silence until the service commits its turn (or a cap), then stop. */
+/** The file is over: keep sending silence until the service ends its turn (a commit or a filtered;
+ * or a cap), then stop. */
 function fileEnded(seat) {
   const source = sources.file;
   const ended = performance.now();

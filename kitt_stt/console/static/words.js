@@ -23,7 +23,7 @@ const CLOSES = {
 
 /** ``error`` frame -> one sentence. */
 export function errorText(frame) {
-  const plain = ERRORS[frame.code] || `Error "${frame.code}"`;
+  const plain = Object.hasOwn(ERRORS, frame.code) ? ERRORS[frame.code] : `Error "${frame.code}"`;
   const seat = frame.seat ? ` (seat ${frame.seat})` : "";
   const end = frame.fatal ? " The session ends." : "";
   return `${plain}${seat}: ${frame.message}.${end}`;
