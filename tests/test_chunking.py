@@ -53,7 +53,9 @@ class AtDecodeCap:
         return False
 
 
-async def run_seat(engine: AsrEngine, pcm: bytes, admission: object = None, **asr: object) -> list[dict]:
+async def run_seat(engine: AsrEngine, pcm: bytes, admission: object = None, client_stop: bool = False,
+                   **asr: object) -> list[dict]:
+    """Push ``pcm`` through one seat (then a client ``vad stop`` if asked); frames until its commit."""
     config = AppConfig.model_validate({"asr": asr, "vad": {"silence_ms": 500}, "interim": {"enabled": False}})
     scheduler = InferenceScheduler(engine, workers=1)
     scheduler.start()
@@ -63,6 +65,8 @@ async def run_seat(engine: AsrEngine, pcm: bytes, admission: object = None, **as
                         admission=admission)  # type: ignore[arg-type]
     try:
         seat.push_audio(np.frombuffer(pcm, dtype="<i2"))
+        if client_stop:
+            seat.client_vad("stop")
         deadline = time.monotonic() + 10
         while not any(f["type"] == "commit" for f in frames):
             assert time.monotonic() < deadline, frames
@@ -110,24 +114,8 @@ async def test_a_final_after_a_pause_decodes_nothing_more(tone_engine) -> None:
 async def test_a_segment_cut_during_speech_decodes_its_tail(tone_engine) -> None:
     """A client ``vad stop`` (or any end) while speech is going on: the tail holds speech and is decoded."""
     spy = SpyEngine(tone_engine)
-    config = AppConfig.model_validate({"asr": {"chunk_pause_ms": 200}, "vad": {"silence_ms": 500},
-                                       "interim": {"enabled": False}})
-    scheduler = InferenceScheduler(spy, workers=1)
-    scheduler.start()
-    frames: list[dict] = []
-    seat = SeatPipeline("driver", config, lambda: SessionSettings(interim=False), scheduler,
-                        SilenceTimeoutPolicy(50), lambda frame: frames.append(frame.model_dump()), owner="test")
-    try:
-        seat.push_audio(np.frombuffer(tone_pcm("打开车门", tail_ms=400) + tone_pcm("ABC", lead_ms=0, tail_ms=0),
-                                      dtype="<i2"))
-        seat.client_vad("stop")
-        deadline = time.monotonic() + 10
-        while not any(f["type"] == "final" for f in frames):
-            assert time.monotonic() < deadline, frames
-            await asyncio.sleep(0.01)
-    finally:
-        seat.close()
-        scheduler.stop()
+    pcm = tone_pcm("打开车门", tail_ms=400) + tone_pcm("ABC", lead_ms=0, tail_ms=0)
+    frames = await run_seat(spy, pcm, client_stop=True, chunk_pause_ms=200)
     [final] = [f for f in frames if f["type"] == "final"]
     assert final["text"] == "打开车门ABC" and final["timing"]["chunks"] == 2
     assert final["timing"]["tail_audio_ms"] > 0 and len(spy.lengths) == 2

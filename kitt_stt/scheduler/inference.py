@@ -323,8 +323,8 @@ class InferenceScheduler:
             return False
         if time.perf_counter() - job.submitted <= budget:
             return False
+        self.skipped_interims += 1  # before the awaiter can hear of it
         self._drop(job)
-        self.skipped_interims += 1
         return True
 
     def _work(self) -> None:
