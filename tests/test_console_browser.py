@@ -247,7 +247,9 @@ def test_a_commit_takes_its_segments_and_its_raw_frames_and_noise_leaves(page: P
 def test_wake_filtered_eager_and_resumed_are_drawn(page: Page) -> None:
     """The 0.2 frames (docs/protocol.md): ``filtered`` ends its turn as a commit does, ``wake`` marks
     its segment, ``turn_eager`` / ``turn_resumed`` mark their turn; none is shown raw."""
-    say = lambda frame: receive(page, {"seat": "driver", **frame})  # noqa: E731
+    def say(frame: dict[str, Any]) -> None:
+        receive(page, {"seat": "driver", **frame})
+
     say({"type": "speech_start", "segment_id": 1, "audio_ms": 0})
     say({"type": "wake", "segment_id": 1, "phrase": "你好小凯", "text": "你好小开", "audio_ms": 900})
     say({**final_frame(1, "打开车门"), "wake": {"phrase": "你好小凯", "text": "你好小开"}})
@@ -280,8 +282,9 @@ def test_wake_filtered_eager_and_resumed_are_drawn(page: Page) -> None:
     woken = card.locator('.turn.committed[data-turn="1"]')
     assert woken.locator(".commit .text").inner_text() == "打开车门和车窗"
     assert woken.locator(".wake-state").inner_text() == "woken by “你好小凯”"
-    assert woken.locator('.segment[data-segment="1"] .mark.wake').inner_text() == "wake phrase “你好小凯” heard as “你好小开”"
-    assert "wake phrase “你好小凯” left out of the text" in woken.locator('.segment[data-segment="1"] .detail').inner_text()
+    first = woken.locator('.segment[data-segment="1"]')
+    assert first.locator(".mark.wake").inner_text() == "wake phrase “你好小凯” heard as “你好小开”"
+    assert "wake phrase “你好小凯” left out of the text" in first.locator(".detail").inner_text()
     assert woken.locator(".mark").all_inner_texts()[:2] == [
         "turn_eager: turn 1 is probably over (probability 0.71); an agent may start on “打开车门”",
         "turn_resumed: turn 1 goes on (speech resumed after turn_eager)"]
@@ -311,7 +314,10 @@ def test_server_text_with_markup_is_shown_as_text(page: Page) -> None:
     dialogs: list[str] = []
     page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
     seat = "<i>seat</i>"
-    say = lambda frame: receive(page, {"seat": seat, **frame})  # noqa: E731
+
+    def say(frame: dict[str, Any]) -> None:
+        receive(page, {"seat": seat, **frame})
+
     say({"type": "speech_start", "segment_id": 1, "audio_ms": 0})
     say({"type": "interim", "segment_id": 1, "text": MARKUP, "audio_ms": 500})
     say({"type": "wake", "segment_id": 1, "phrase": MARKUP, "text": MARKUP, "audio_ms": 500})
@@ -406,6 +412,29 @@ def test_wake_required_on_the_page_filters_and_commits(page: Page, tmp_path: Pat
     assert "wake phrase “ABC” left out of the text" in page.inner_text(f"{committed} .segment.final .detail")
     page.wait_for_selector("#file-start:has-text('Stream file')", timeout=3_000)
     assert page.locator(f"{card} pre.raw").count() == 0
+
+
+def test_the_page_runs_under_its_content_security_policy(browser: Browser, console_server: RunningServer) -> None:
+    """The policy is in force in the browser: inline script and a WebSocket to another host are
+    refused (the page's own WebSocket, modules, worklet and library load: the tests above)."""
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{console_server.http}/console/")
+    loaded(page)
+    refused = page.evaluate("""async (elsewhere) => {
+        const refused = [];
+        document.addEventListener("securitypolicyviolation", (event) => refused.push(event.effectiveDirective));
+        const script = document.createElement("script");
+        script.textContent = "window.inlineRan = true";
+        document.body.append(script);
+        try { new WebSocket(elsewhere); } catch (error) { refused.push("connect-src (thrown)"); }
+        await new Promise((resolve) => setTimeout(resolve, 200));
+        return { refused, inlineRan: window.inlineRan === true };
+    }""", f"ws://{REMOTE_NAME}:{console_server.port}/stt/sensevoice")
+    assert refused["inlineRan"] is False
+    assert "script-src-elem" in refused["refused"] and any(d.startswith("connect-src") for d in refused["refused"]), \
+        refused
+    context.close()
 
 
 def test_a_missing_msgpack_library_is_said_on_the_page(browser: Browser, console_server: RunningServer) -> None:

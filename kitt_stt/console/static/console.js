@@ -43,7 +43,7 @@ function setUp() {
   const wake = settings.wake;
   $("wake-mode").options[0].textContent = `mode: server default (${wake.mode})`;
   $("wake-phrases").placeholder = wake.phrases.length > 0
-    ? `server default: ${wake.phrases.join(", ")}` : "phrase, phrase, … (e.g. 你好小凯, hey kitt)";
+    ? `server default: ${wake.phrases.join(", ")}` : "e.g. 你好小凯, hey kitt";
   $("token").placeholder = settings.auth_required
     ? "this server requires one (sent as ?token= in the WebSocket URL)" : "not required by this server";
   for (const id of ["language", "interim", "eager", "hotwords"]) {

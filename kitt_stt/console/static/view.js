@@ -1,7 +1,8 @@
 // The live view: one card per seat with the interim line updated in place, the open turn's
-// segments and finals as they land, and each committed turn with its end-of-turn decision and
-// timeline. Frames the page does not know (new protocol frames, e.g. eager end-of-turn, wake,
-// filtered) are shown raw where they belong, so they are visible before the page learns them.
+// segments and finals as they land, and each ended turn: committed, with its end-of-turn decision
+// and timeline, or filtered (not addressed to the assistant). Wake phrases, eager end-of-turn and
+// resumed turns are marked where they happened. Frames the page does not know (later protocol
+// frames) are shown raw where they belong, so they are visible before the page learns them.
 // Server text only ever reaches the page through textContent.
 
 import { timeline } from "./timeline.js";
@@ -32,7 +33,14 @@ export class LiveView {
       speech_start: (frame) => this.speechStart(frame),
       interim: (frame) => this.interim(frame),
       final: (frame, at) => this.final(frame, at),
-      commit: (frame, at) => this.commit(frame, at),
+      commit: (frame, at) => this.endTurn(frame, at),
+      filtered: (frame, at) => this.endTurn(frame, at),
+      wake: (frame) => this.wake(frame),
+      turn_eager: (frame) => this.marker(frame.seat, "eager",
+        `turn_eager: turn ${frame.turn_id} is probably over (probability ${fixed(frame.probability, 3)}); ` +
+        `an agent may start on “${frame.text}”`),
+      turn_resumed: (frame) => this.marker(frame.seat, "resumed",
+        `turn_resumed: turn ${frame.turn_id} goes on (speech resumed after turn_eager)`),
       error: (frame) => this.error(frame),
       pong: () => {},
     };
@@ -56,7 +64,8 @@ export class LiveView {
     this.seat(seat).clock.add(at);
   }
 
-  /** Whether ``seat`` has speech the service has not committed yet (an open segment, or finals). */
+  /** Whether ``seat`` has speech whose turn has not ended yet (an open segment, or finals not yet
+   * committed or filtered). */
   pending(seat) {
     const state = this.seats.get(seat);
     return state !== undefined && [...state.segments.values()].some((segment) => !segment.empty);
@@ -83,8 +92,10 @@ export class LiveView {
     segment.closed = at - frame.server_latency_ms;
     segment.end = state.clock.wallAt(frame.end_ms);
     segment.empty = frame.text === "";
+    if (frame.wake) segment.wake = frame.wake;
     segment.el.classList.add("final");
-    segment.el.querySelector(".text").textContent = frame.text || "(nothing recognised)";
+    const nothing = frame.wake ? "(only the wake phrase)" : "(nothing recognised)";
+    segment.el.querySelector(".text").textContent = frame.text || nothing;
     const timing = frame.timing || {};
     const parts = [`final ${fixed(frame.server_latency_ms)} ms after the segment ended`];
     for (const [key, value] of Object.entries(timing)) {
@@ -93,19 +104,28 @@ export class LiveView {
     }
     parts.push(`end: ${frame.end_reason}`);
     if (frame.lang) parts.push(`lang ${frame.lang}`);
+    if (frame.wake) parts.push(`wake phrase “${frame.wake.phrase}” left out of the text`);
     segment.el.querySelector(".detail").textContent = parts.join(" · ");
   }
 
-  commit(frame, at) {
+  /** A ``commit`` or a ``filtered``: the turn ends, with its segments and what came during it. */
+  endTurn(frame, at) {
     const state = this.seat(frame.seat);
+    const committed = frame.type === "commit";
     const decision = frame.metadata?.eot?.decision ?? {};
-    const turn = div("turn committed");
+    const turn = div(committed ? "turn committed" : "turn filtered");
     turn.dataset.turn = String(frame.turn_id);
-    const head = div("commit");
+    const head = div(committed ? "commit" : "filtered-head");
     head.append(span("label", `turn ${frame.turn_id}`), span("text", frame.text),
                 span("segments", `segments ${frame.segment_ids.join(", ")}`));
-    turn.append(head, div("decision", decisionText(decision)));
-    turn.append(...state.pendingEl.querySelectorAll(":scope > .raw")); // what came during this turn
+    turn.append(head);
+    if (committed) {
+      turn.append(div("decision", decisionText(decision)));
+      if (frame.metadata?.wake) turn.append(div("wake-state", wakeText(frame.metadata.wake)));
+    } else {
+      turn.append(div("verdict", `filtered: ${FILTERED[frame.reason] ?? frame.reason}`));
+    }
+    turn.append(...state.pendingEl.querySelectorAll(":scope > .raw, :scope > .mark")); // came during this turn
     const segments = [];
     for (const id of frame.segment_ids) {
       const segment = this.segment(frame.seat, id);
@@ -113,13 +133,26 @@ export class LiveView {
       turn.append(segment.el);
       if (segment.final !== undefined) segments.push({ id, ...segment });
     }
-    if (segments.length > 0) {
+    if (committed && segments.length > 0) {
       const waitMs = decision.wait_ms ?? 0;
       turn.append(timeline({ segments, commit: at, waitMs, reason: decision.reason ?? "?" }));
     }
     state.turnsEl.insertBefore(turn, state.pendingEl.nextSibling);
+    dropNoise(state, Math.max(...frame.segment_ids), turn);
     while (state.turnsEl.children.length > MAX_TURNS + 1) state.turnsEl.lastElementChild.remove();
-    dropNoise(state, Math.max(...frame.segment_ids));
+  }
+
+  /** A wake phrase was heard: marked on the segment that showed it (it travels with its turn). */
+  wake(frame) {
+    const segment = this.segment(frame.seat, frame.segment_id);
+    segment.wake = { phrase: frame.phrase, text: frame.text };
+    segment.el.append(div("mark wake", `wake phrase “${frame.phrase}” heard as “${frame.text}”`));
+  }
+
+  /** A line in the seat's open turn (it moves with the turn when that ends). */
+  marker(seat, kind, text) {
+    this.seat(seat).pendingEl.append(div(`mark ${kind}`, text));
+    trimOpen(this.seat(seat));
   }
 
   error(frame) {
@@ -139,10 +172,8 @@ export class LiveView {
     line.dataset.type = String(frame.type);
     line.textContent = `${frame.type} ${JSON.stringify(frame, printable)}`;
     if (typeof frame.seat === "string") {
-      const pending = this.seat(frame.seat).pendingEl;
-      pending.append(line);
-      const lines = pending.querySelectorAll(":scope > .raw");
-      if (lines.length > MAX_LINES) lines[0].remove();
+      this.seat(frame.seat).pendingEl.append(line);
+      trimOpen(this.seat(frame.seat));
     } else {
       this.otherEl.prepend(line);
       trim(this.otherEl);
@@ -186,15 +217,32 @@ export class LiveView {
   }
 }
 
-/** Segments that ended with no text before ``lastCommitted`` belong to no turn (the server commits
- * none for noise): they leave the open turn once a later turn is committed. */
-function dropNoise(state, lastCommitted) {
+/** What ``filtered.reason`` means. */
+const FILTERED = { no_wake: "not addressed to the assistant (no wake phrase)" };
+
+/** Segments that ended with no text before ``lastEnded`` belong to no turn (the server ends none
+ * for noise, nor for a turn that was only the wake phrase): they leave the open turn once a later
+ * turn ends. Noise goes; a wake phrase alone stays, as a turn of its own below ``ended``. */
+function dropNoise(state, lastEnded, ended) {
   for (const [id, segment] of state.segments) {
-    if (segment.empty && id < lastCommitted) {
-      segment.el.remove();
+    if (segment.empty && id < lastEnded) {
       state.segments.delete(id);
+      if (segment.wake) {
+        const only = div("turn wake-only");
+        only.append(div("verdict", "only the wake phrase: no commit; a turn that follows soon counts as addressed"),
+                    segment.el);
+        state.turnsEl.insertBefore(only, ended.nextSibling);
+      } else {
+        segment.el.remove();
+      }
     }
   }
+}
+
+/** Raw lines and markers in the open turn: at most MAX_LINES. */
+function trimOpen(state) {
+  const lines = state.pendingEl.querySelectorAll(":scope > .raw, :scope > .mark");
+  if (lines.length > MAX_LINES) lines[0].remove();
 }
 
 /** When each 20 ms of a seat's audio was sent, to put the server's audio times on the page's clock. */
@@ -238,6 +286,13 @@ function decisionText(decision) {
     parts.push(`${words(key)} ${typeof value === "string" ? value : JSON.stringify(value, printable)}`);
   }
   return parts.join(" · ");
+}
+
+/** ``commit.metadata.wake`` in words. */
+function wakeText(wake) {
+  if (wake.follow_up) return "follow-up: no wake phrase needed, it began soon after a woken turn";
+  if (wake.woken) return `woken by “${wake.phrase}”`;
+  return "no wake phrase (committed: wake mode detect)";
 }
 
 function printable(_key, value) {
