@@ -115,7 +115,7 @@ def main() -> int:
                                 latencies = [r.client_final_latency_ms for r in rows
                                              if r.client_final_latency_ms is not None]
                                 missing = sum(1 for r in rows if r.client_final_latency_ms is None
-                                              or not r.checks["one_final"] or not r.checks["text"])
+                                              or not r.checks["one_final_per_segment"] or not r.checks["text"])
                                 if seats == 1 and vad == "client" and pause == args.pauses[0]:
                                     texts[mode, length] = " / ".join(r.text for r in rows)
                                 results.append({"mode": mode, "seats": seats, "length": length, "vad": vad,
