@@ -195,6 +195,7 @@ class SeatPipeline:
         if asr.naive:  # the old behaviour, kept as the benchmark baseline: re-decode everything
             return ChunkTracker(pause_frames=0, max_chunk_samples=1 << 62)
         return ChunkTracker(pause_frames=asr.chunk_pause_ms // FRAME_MS, max_chunk_samples=asr.max_chunk_ms * 16,
+                            min_chunk_samples=asr.min_chunk_ms * 16,
                             features=self._scheduler.engine.new_feature_stream())
 
     def _on_audio(self, samples: np.ndarray, voiced: bool = True) -> None:
@@ -206,12 +207,12 @@ class SeatPipeline:
             segment.pause_prediction.cancel()
             segment.pause_prediction = None
         cut = segment.chunks.boundary_after(samples, voiced, segment.buffer.samples)
-        if cut is not None:
-            if cut.kind is CutKind.PAUSE and not any(not p.done() for p in self._predictions):
-                # one guess at a time per seat: the model's one thread serves every session
-                segment.pause_prediction = self._predict_turn()
-            if self._chunk_admitted(cut):
-                self._close_chunk(segment, cut.position)
+        if segment.chunks.pause_reached and not any(not p.done() for p in self._predictions):
+            # the end-of-turn model's guess, in case the pause ends the segment; one at a time per
+            # seat (the model's one thread serves every session)
+            segment.pause_prediction = self._predict_turn()
+        if cut is not None and self._chunk_admitted(cut):
+            self._close_chunk(segment, cut.position)
         audio_ms = self._vad.audio_ms
         if segment.wants_interim(audio_ms, self._config.interim) and (
                 self._admission is None or self._admission.optional_decode()):
