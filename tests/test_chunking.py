@@ -55,10 +55,8 @@ class AtDecodeCap:
 
 async def run_seat(engine: AsrEngine, pcm: bytes, admission: object = None, client_stop: bool = False,
                    **asr: object) -> list[dict]:
-    """Push ``pcm`` through one seat (then a client ``vad stop`` if asked); frames until its commit.
-    Chunks of any length unless ``min_chunk_ms`` is given: the tone phrases here are short."""
-    config = AppConfig.model_validate({"asr": {"min_chunk_ms": 0, **asr}, "vad": {"silence_ms": 500},
-                                       "interim": {"enabled": False}})
+    """Push ``pcm`` through one seat (then a client ``vad stop`` if asked); frames until its commit."""
+    config = AppConfig.model_validate({"asr": asr, "vad": {"silence_ms": 500}, "interim": {"enabled": False}})
     scheduler = InferenceScheduler(engine, workers=1)
     scheduler.start()
     frames: list[dict] = []
@@ -111,19 +109,6 @@ async def test_a_final_after_a_pause_decodes_nothing_more(tone_engine) -> None:
     assert final["text"] == "".join(PAUSED)
     # no sample was decoded twice; what was never decoded is the silence after the last cut
     assert sum(spy.lengths) < segment_samples <= sum(spy.lengths) + 500 * 16
-
-
-async def test_a_pause_closes_no_chunk_shorter_than_min_chunk_ms(tone_engine) -> None:
-    """A syllable alone is often recognised as nothing: the piece before an early pause waits."""
-    pcm = tone_pcm("打", tail_ms=400) + tone_pcm("开车门", lead_ms=0, tail_ms=700)
-    spy = SpyEngine(tone_engine)
-    frames = await run_seat(spy, pcm, chunk_pause_ms=200, min_chunk_ms=1000)
-    [final] = [f for f in frames if f["type"] == "final"]
-    assert final["text"] == "打开车门" and final["timing"]["chunks"] == 1 and len(spy.lengths) == 1
-    spy = SpyEngine(tone_engine)
-    frames = await run_seat(spy, pcm, chunk_pause_ms=200)  # no minimum: the syllable is a chunk
-    [final] = [f for f in frames if f["type"] == "final"]
-    assert final["timing"]["chunks"] == 2
 
 
 async def test_a_segment_cut_during_speech_decodes_its_tail(tone_engine) -> None:

@@ -19,8 +19,7 @@ def of_seat(frames: list[dict], seat: str) -> list[dict]:
 
 
 async def test_eager_resumed_and_commit_in_order(tmp_path: Path, model_cache: Path, turnsense_dir: Path) -> None:
-    overrides = {"turn": {"model": "turnsense", "threshold": 1.0, "eager_threshold": 0.0, "wait_ms": 1500},
-                 "asr": {"min_chunk_ms": 0}}  # the phrases are short; any pause may close a chunk
+    overrides = {"turn": {"model": "turnsense", "threshold": 1.0, "eager_threshold": 0.0, "wait_ms": 1500}}
     with run_server(tmp_path, model_cache, overrides) as server:
         async with connect(server.url) as session:
             await session.start(eager=True)

@@ -189,7 +189,6 @@ class AsrConfig(_Section):
     hotwords: list[str] = []
     chunk_pause_ms: int = Field(default=100, ge=0)
     max_chunk_ms: int = Field(default=5000, ge=1000)
-    min_chunk_ms: int = Field(default=1000, ge=0)  # a pause closes no shorter chunk (docs/configuration.md)
     interim_queue_budget_ms: int = Field(default=300, ge=0)
     naive: bool = False
 

@@ -9,9 +9,7 @@ the last phrase costs.
 Where a chunk is cut:
 
 * **At a pause, as soon as it is long enough.**  When ``asr.chunk_pause_ms`` of non-speech
-  follow speech, the chunk closes right there (speech plus that much silence), unless it is
-  shorter than ``asr.min_chunk_ms``: a recognizer given a syllable or two alone often writes
-  nothing (Whisper heard "大" | "开车门" as "" + "开车门"), so a short piece waits for more.  If the silence
+  follow speech, the chunk closes right there (speech plus that much silence).  If the silence
   goes on and ends the segment, the open tail holds no voiced frame, so the final needs no
   decode of its own: its text is the chunks' texts, which were decoding while the VAD waited
   out ``vad.silence_ms``.  The cut comes before the segment's end, which is why
@@ -72,7 +70,6 @@ class ChunkTracker:
 
     pause_frames: int  # 0: chunking off
     max_chunk_samples: int
-    min_chunk_samples: int = 0  # a pause closes no chunk shorter than this (its text would suffer)
     open_start: int = 0
     closed: list[ClosedChunk] = field(default_factory=list)
     features: FeatureStream | None = None  # the open chunk's incremental front end
@@ -97,8 +94,7 @@ class ChunkTracker:
             self._pause_run += 1
         if self.reached_max(buffered_samples):  # first: a pause cut may be refused, this one may not
             return Cut(self._quietest_point(), CutKind.LIMIT)
-        if (self.pause_reached and self.tail_voiced
-                and buffered_samples - self.open_start >= self.min_chunk_samples):
+        if self.pause_reached and self.tail_voiced:
             return Cut(buffered_samples, CutKind.PAUSE)
         return None
 

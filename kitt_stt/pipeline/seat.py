@@ -195,7 +195,6 @@ class SeatPipeline:
         if asr.naive:  # the old behaviour, kept as the benchmark baseline: re-decode everything
             return ChunkTracker(pause_frames=0, max_chunk_samples=1 << 62)
         return ChunkTracker(pause_frames=asr.chunk_pause_ms // FRAME_MS, max_chunk_samples=asr.max_chunk_ms * 16,
-                            min_chunk_samples=asr.min_chunk_ms * 16,
                             features=self._scheduler.engine.new_feature_stream())
 
     def _on_audio(self, samples: np.ndarray, voiced: bool = True) -> None:
