@@ -103,13 +103,18 @@ def status_is(page: Page, text: str) -> None:
     page.wait_for_selector(f"#status:text-is('{text}')")
 
 
+def shown(page: Page, selector: str, what: str) -> None:
+    """Wait up to 20 s for ``selector``; fail with what the page does show."""
+    try:
+        page.wait_for_selector(selector, timeout=20_000)
+    except PlaywrightTimeout:
+        raise AssertionError(f"no {what} in 20 s; the page shows:\n{page.inner_text('body')}") from None
+
+
 def first_turn(page: Page, seat: str) -> dict[str, Any]:
     """Wait for the seat's first commit; its texts as the page shows them."""
     card = f'.seat[data-seat="{seat}"]'
-    try:
-        page.wait_for_selector(f'{card} .turn[data-turn="1"] .commit', timeout=20_000)
-    except PlaywrightTimeout:
-        raise AssertionError(f"no commit on seat {seat} in 20 s; the page shows:\n{page.inner_text('body')}") from None
+    shown(page, f'{card} .turn[data-turn="1"] .commit', f"commit on seat {seat}")
     turn = f'{card} .turn[data-turn="1"]'
     return {
         "commit": page.inner_text(f"{turn} .commit .text"),
@@ -388,10 +393,7 @@ def test_wake_required_on_the_page_filters_and_commits(page: Page, tmp_path: Pat
     page.select_option("#wake-mode", "required")
     card = '.seat[data-seat="passenger"]'
     stream_file(page, wav_of(tmp_path / "not-addressed.wav", SPOKEN, lead_ms=300, tail_ms=300))
-    try:
-        page.wait_for_selector(f'{card} .turn.filtered[data-turn="1"]', timeout=20_000)
-    except PlaywrightTimeout:
-        raise AssertionError(f"no filtered turn in 20 s; the page shows:\n{page.inner_text('body')}") from None
+    shown(page, f'{card} .turn.filtered[data-turn="1"]', "filtered turn")
     filtered = f'{card} .turn.filtered[data-turn="1"]'
     assert page.inner_text(f"{filtered} .filtered-head .text") == SPOKEN
     assert page.inner_text(f"{filtered} .verdict") == "filtered: not addressed to the assistant (no wake phrase)"
@@ -400,10 +402,7 @@ def test_wake_required_on_the_page_filters_and_commits(page: Page, tmp_path: Pat
     page.wait_for_selector("#file-start:has-text('Stream file')", timeout=3_000)
 
     stream_file(page, wav_of(tmp_path / "addressed.wav", "ABC" + SPOKEN, lead_ms=300, tail_ms=300))
-    try:
-        page.wait_for_selector(f'{card} .turn.committed[data-turn="2"]', timeout=20_000)
-    except PlaywrightTimeout:
-        raise AssertionError(f"no commit in 20 s; the page shows:\n{page.inner_text('body')}") from None
+    shown(page, f'{card} .turn.committed[data-turn="2"]', "commit")
     committed = f'{card} .turn.committed[data-turn="2"]'
     assert page.inner_text(f"{committed} .commit .text") == SPOKEN
     assert page.locator(f"{committed} .segment.final .text").all_inner_texts() == [SPOKEN]
