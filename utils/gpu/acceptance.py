@@ -209,10 +209,16 @@ def step_model(ctx: Context) -> str:
     return ctx.facts["model"]
 
 
+def placed_session(ctx: Context, provider: str, mode: str, timing: str, fact: str) -> dict[str, Any]:
+    """A session probe whose create time and node placement go into the report."""
+    probe = session_probe(ctx, provider, mode)
+    ctx.timings[timing] = f"{probe['create_s']:.1f} s"
+    ctx.facts[fact] = probe["placement"]
+    return probe
+
+
 def step_cuda(ctx: Context) -> str:
-    probe = session_probe(ctx, "cuda", "plain")
-    ctx.timings["CUDA session create"] = f"{probe['create_s']:.1f} s"
-    ctx.facts["CUDA placement"] = probe["placement"]
+    probe = placed_session(ctx, "cuda", "plain", "CUDA session create", "CUDA placement")
     return f"{probe['providers'][0]}; {probe['placement']}"
 
 
@@ -236,9 +242,7 @@ def step_trt_warm(ctx: Context) -> str:
 
 
 def step_trt_ctx(ctx: Context) -> str:
-    probe = session_probe(ctx, "tensorrt", "ctx")
-    ctx.timings["TensorRT EP-context load"] = f"{probe['create_s']:.1f} s"
-    ctx.facts["TensorRT placement"] = probe["placement"]
+    probe = placed_session(ctx, "tensorrt", "ctx", "TensorRT EP-context load", "TensorRT placement")
     return f"{probe['create_s']:.1f} s; {probe['placement']}"
 
 
