@@ -358,9 +358,11 @@ async def test_a_failing_text_stage_costs_no_commit() -> None:
         def final(self, *args, **kwargs):  # type: ignore[no-untyped-def]
             raise RuntimeError("grammar crashed")
 
-    h = harness(policy=SilenceTimeoutPolicy(30))
+    h = harness(policy=SilenceTimeoutPolicy(300))
     turn = h.tracker.begin_segment(1, 0, Broken())
-    h.tracker.segment_final(turn, 1, "打开车门", 500, time.perf_counter())
+    h.tracker.segment_final(turn, 1, "打开", 500, time.perf_counter())
+    h.tracker.begin_segment(2, 700)  # two segments: the commit stages the joined text again
+    h.tracker.segment_final(turn, 2, "车门", 1200, time.perf_counter())
     assert (await h.next_commit())["text"] == "打开车门"
 
 

@@ -63,6 +63,7 @@ class Turn:
     engine_itn: bool = False  # the engine already wrote numbers as digits (SenseVoice use_itn)
     langs: set[str | None] = field(default_factory=set)  # the languages its finals reported
     staged_finals: dict[int, StagedText] = field(default_factory=dict)  # each final as it was sent
+    _staged: tuple[tuple[int, ...], StagedText] | None = field(default=None, repr=False)
     wake_sent: bool = False
 
     def text(self) -> str:
@@ -76,19 +77,30 @@ class Turn:
         return all(other in self.staged_finals and not self.staged_finals[other].text for other in earlier)
 
     def staged(self) -> StagedText:
-        """The whole turn through the text stage. A short turn is run again as one text, so a wake
-        phrase or a number split by a pause ("你好" | "小凯打开", "二十" | "六度") is still found; a
-        long one joins its finals as they were sent, because ITN's cost grows with the text and
-        runs on the event loop (``docs/text.md``)."""
+        """The whole turn through the text stage. A one-segment turn is its final as sent (staged
+        alike). A short turn is run again as one text, so a wake phrase or a number split by a pause
+        ("你好" | "小凯打开", "二十" | "六度") is still found; a long one joins its finals as they were
+        sent, because ITN's cost grows with the text and runs on the event loop (``docs/text.md``).
+        The result is kept until another final arrives: ``turn_eager`` and the commit share it."""
+        finals = tuple(sid for sid in self.segment_ids if sid in self.staged_finals)
+        if self._staged is not None and self._staged[0] == finals:
+            return self._staged[1]
+        staged = self._stage_now(finals)
+        self._staged = (finals, staged)
+        return staged
+
+    def _stage_now(self, finals: tuple[int, ...]) -> StagedText:
         if self.stage is None:
             return StagedText(self.text())
+        if len(finals) == 1:
+            return self.staged_finals[finals[0]]
         text = self.text()
         if len(text) <= RESTAGE_MAX_CHARS:
             lang = next(iter(self.langs)) if len(self.langs) == 1 else None  # mixed: read it from the text
             return self.stage.final(text, lang, self.engine_itn)
-        finals = [self.staged_finals[sid] for sid in self.segment_ids if sid in self.staged_finals]
-        wake = next((final.wake for final in finals if final.wake is not None), None)
-        return StagedText(join_texts(final.text for final in finals), wake)
+        sent = [self.staged_finals[sid] for sid in finals]
+        wake = next((final.wake for final in sent if final.wake is not None), None)
+        return StagedText(join_texts(final.text for final in sent), wake)
 
 
 def join_texts(parts: Iterable[str]) -> str:
