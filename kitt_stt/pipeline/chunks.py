@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kitt_stt.asr.features import FeatureStream
+from kitt_stt.audio.vad import FRAME_MS, FRAME_SAMPLES
 from kitt_stt.scheduler import DecodeOutcome
 from kitt_stt.str_enum import StrEnum
 
-FRAME_SAMPLES = 320
 QUIET_WINDOW_MS = 2000  # how far back from the limit the quietest frame is looked for
 
 
@@ -57,10 +57,9 @@ class ClosedChunk:
     decode: asyncio.Future[DecodeOutcome | None]
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Frame:
     end: int  # sample offset in the segment buffer just after the frame
-    energy: float
     voiced: bool
 
 
@@ -75,25 +74,26 @@ class ChunkTracker:
     features: FeatureStream | None = None  # the open chunk's incremental front end
     tail_voiced: bool = True  # the open chunk holds speech (the pre-roll's onset counts as speech)
     _pause_run: int = 0
-    _recent: deque[_Frame] = field(default_factory=lambda: deque(maxlen=QUIET_WINDOW_MS // 20))
+    _recent: deque[_Frame] = field(default_factory=lambda: deque(maxlen=QUIET_WINDOW_MS // FRAME_MS))
 
     def reached_max(self, buffered_samples: int) -> bool:
         """The open chunk is ``asr.max_chunk_ms`` long: it must be cut, whatever else wants."""
         return buffered_samples - self.open_start >= self.max_chunk_samples
 
-    def boundary_after(self, frame: np.ndarray, voiced: bool, buffered_samples: int) -> Cut | None:
-        """Call after appending ``frame``; returns where to cut when the open chunk should close."""
+    def boundary_after(self, voiced: bool, audio: np.ndarray) -> Cut | None:
+        """Call after appending a frame to the segment's ``audio`` (all of it so far, a view);
+        returns where to cut when the open chunk should close."""
         if not self.pause_frames:
             return None
-        samples = frame.astype(np.float32)
-        self._recent.append(_Frame(buffered_samples, float(np.dot(samples, samples)), voiced))
+        buffered_samples = audio.shape[0]
+        self._recent.append(_Frame(buffered_samples, voiced))
         if voiced:
             self._pause_run = 0
             self.tail_voiced = True
         else:
             self._pause_run += 1
         if self.reached_max(buffered_samples):  # first: a pause cut may be refused, this one may not
-            return Cut(self._quietest_point(), CutKind.LIMIT)
+            return Cut(self._quietest_point(audio), CutKind.LIMIT)
         if self.pause_reached and self.tail_voiced:
             return Cut(buffered_samples, CutKind.PAUSE)
         return None
@@ -103,15 +103,22 @@ class ChunkTracker:
         """The frame just fed made the current pause ``asr.chunk_pause_ms`` long."""
         return bool(self.pause_frames) and self._pause_run == self.pause_frames
 
-    def _quietest_point(self) -> int:
+    @property
+    def tail_needs_decode(self) -> bool:
+        """Whether the open chunk says anything the closed ones do not: it holds speech (or
+        nothing was closed, so it is all there is)."""
+        return self.tail_voiced or not self.closed
+
+    def _quietest_point(self, audio: np.ndarray) -> int:
         """End of the quietest recent frame in the second half of the open chunk (the latest one
-        among equals): never so early that the next chunk reaches the limit again at once."""
-        earliest = self.open_start + max(FRAME_SAMPLES, self.max_chunk_samples // 2)
-        candidates = [f for f in self._recent if f.end >= earliest]
-        if not candidates:
-            return self._recent[-1].end
-        quietest = min(reversed(candidates), key=lambda f: f.energy)
-        return quietest.end
+        among equals): never so early that the next chunk reaches the limit again at once. Energies
+        are computed here, at a length cut, not for every frame. The latest frame always qualifies:
+        the open chunk has just reached its limit."""
+        earliest = self.open_start + self.max_chunk_samples // 2
+        ends = [f.end for f in reversed(self._recent) if f.end >= earliest]
+        frames = (audio[end - FRAME_SAMPLES : end].astype(np.float32) for end in ends)
+        energies = [float(np.dot(frame, frame)) for frame in frames]
+        return ends[energies.index(min(energies))]
 
     def cut(self, position: int, features: FeatureStream | None) -> tuple[int, int]:
         """Close the open chunk at ``position``; returns its (start, end) sample range."""

@@ -205,7 +205,7 @@ class SeatPipeline:
         if voiced and segment.pause_prediction is not None:  # speech went on: that guess is stale
             segment.pause_prediction.cancel()
             segment.pause_prediction = None
-        cut = segment.chunks.boundary_after(samples, voiced, segment.buffer.samples)
+        cut = segment.chunks.boundary_after(voiced, segment.buffer.view())
         if segment.chunks.pause_reached and not any(not p.done() for p in self._predictions):
             # the end-of-turn model's guess, in case the pause ends the segment; one at a time per
             # seat (the model's one thread serves every session)
@@ -239,7 +239,7 @@ class SeatPipeline:
         # before the next frame is handled. A tail without a voiced frame (the pause already
         # closed the last chunk) has nothing to decode: the final is the chunks' text.
         request = decode = None
-        if segment.chunks.tail_voiced or not segment.chunks.closed:
+        if segment.chunks.tail_needs_decode:
             request = self._tail_request(segment)
             decode = self._scheduler.submit(request, Priority.FINAL, self._owner, trace=self._trace_tag(segment))
         self._final_chain = self._spawn(self._run_final(segment, turn, self._final_chain, request, decode))
@@ -310,7 +310,7 @@ class SeatPipeline:
 
     async def _run_interim(self, segment: Segment, turn: Turn | None, audio_ms: int) -> None:
         tail_text, lang = "", None
-        if segment.chunks.tail_voiced:  # a tail of pause only adds nothing to the chunks' text
+        if segment.chunks.tail_needs_decode:  # a tail of pause only adds nothing to the chunks' text
             request = self._tail_request(segment)
             try:
                 outcome = await self._scheduler.submit(request, Priority.INTERIM, self._owner,

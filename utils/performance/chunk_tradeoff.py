@@ -54,7 +54,8 @@ from kitt_stt.asr.engine import AsrEngine, AsrRequest, DecodeOptions  # noqa: E4
 from kitt_stt.asr.factory import build_engine  # noqa: E402
 from kitt_stt.asr.features import FeatureStream  # noqa: E402
 from kitt_stt.asr.whisper_model import LONGEST_AUDIO_MS  # noqa: E402
-from kitt_stt.audio.vad import FRAME_SAMPLES, EndReason, SpeechAudio, SpeechEnded, SpeechStarted, VadSegmenter  # noqa: E402
+from kitt_stt.audio.buffer import PcmBuffer  # noqa: E402
+from kitt_stt.audio.vad import FRAME_MS, FRAME_SAMPLES, EndReason, SpeechAudio, SpeechEnded, SpeechStarted, VadSegmenter  # noqa: E402
 from kitt_stt.audio.wavfile import read_wav_16k_mono  # noqa: E402
 from kitt_stt.config.schema import AppConfig, AsrConfig, ModelsConfig  # noqa: E402
 from kitt_stt.models.registry import default_cache_dir  # noqa: E402
@@ -94,7 +95,6 @@ PASSAGES = [
     "check the status of my flight and tell me which terminal it leaves from and where the closest "
     "parking garage to that terminal is",
 ]
-FRAME_MS = 20
 LEAD_MS = 500  # noise floor before the speech, so the VAD opens the segment as it would live
 SHORT_CHUNK_MS = 500  # closed chunks shorter than this are counted (a cut soon after a cut)
 
@@ -112,7 +112,7 @@ class Segment:
     limit_cuts: int = 0
     pause_cuts: int = 0
     tail_start: int = 0
-    tail_voiced: bool = True
+    tail_needs_decode: bool = True
 
 
 def _to_16k(src: Path, dst: Path) -> np.ndarray:
@@ -157,17 +157,16 @@ def chunk(samples: np.ndarray, config: AppConfig) -> list[Segment]:
     vad = VadSegmenter(config.vad)
     asr = config.asr
     segments: list[Segment] = []
-    parts: list[np.ndarray] = []
+    buffer = PcmBuffer()
     tracker: ChunkTracker | None = None
-    buffered = 0
 
     def close(ended_at: int) -> None:
         nonlocal tracker
         if tracker is None:
             return
         segment = segments[-1]
-        segment.buffer = np.concatenate(parts)
-        segment.tail_start, segment.tail_voiced = tracker.open_start, tracker.tail_voiced
+        segment.buffer = buffer.view().copy()
+        segment.tail_start, segment.tail_needs_decode = tracker.open_start, tracker.tail_needs_decode
         tracker = None
         if ended_at <= LEAD_MS * 16:
             segments.pop()
@@ -178,15 +177,14 @@ def chunk(samples: np.ndarray, config: AppConfig) -> list[Segment]:
         for event in events:
             if isinstance(event, SpeechStarted):
                 close((index + 1) * FRAME_SAMPLES)
-                parts = [event.preroll]
-                buffered = event.preroll.shape[0]
+                buffer = PcmBuffer()
+                buffer.append(event.preroll)
                 tracker = ChunkTracker(pause_frames=asr.chunk_pause_ms // FRAME_MS,
                                        max_chunk_samples=asr.max_chunk_ms * 16)
                 segments.append(Segment(np.zeros(0, np.int16)))
             elif isinstance(event, SpeechAudio) and tracker is not None:
-                parts.append(event.samples)
-                buffered += event.samples.shape[0]
-                cut = tracker.boundary_after(event.samples, event.voiced, buffered)
+                buffer.append(event.samples)
+                cut = tracker.boundary_after(event.voiced, buffer.view())
                 if cut is not None:  # offline there is no decode cap: every cut is admitted
                     segments[-1].chunks.append(tracker.cut(cut.position, None))
                     if cut.kind is CutKind.LIMIT:
@@ -220,7 +218,7 @@ def chunked_text(decoder: Decoder, key: int, segments: list[Segment]) -> str:
     for index, segment in enumerate(segments):
         segment_key = key * 1000 + index
         texts += [decoder.text(segment_key, segment.buffer, start, end) for start, end in segment.chunks]
-        if segment.tail_voiced or not segment.chunks:  # as seat._on_end: a pause-only tail adds nothing
+        if segment.tail_needs_decode:  # as seat._on_end: a pause-only tail adds nothing
             texts.append(decoder.text(segment_key, segment.buffer, segment.tail_start, segment.buffer.shape[0]))
     return join_texts(texts)
 
@@ -356,7 +354,7 @@ def main() -> int:
             segments = chunk(passage.samples, config)
             chunked.append(chunked_text(decoder, key, segments))
             for segment in segments:
-                chunks += len(segment.chunks) + (segment.tail_voiced or not segment.chunks)
+                chunks += len(segment.chunks) + segment.tail_needs_decode
                 limit_cuts += segment.limit_cuts
                 pause_cuts += segment.pause_cuts
                 longest_tail = max(longest_tail, (segment.buffer.shape[0] - segment.tail_start) // 16)
