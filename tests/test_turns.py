@@ -200,7 +200,7 @@ async def test_wait_ms_bounds_a_late_model() -> None:
 
 # ----- text-aware holding, eager and resumed events ------------------------------------------------
 
-HOLD = HoldRule(threshold=1.01, wait_ms=WAIT_MS * 3)
+HOLD = HoldRule(enabled=True, threshold=1.01, wait_ms=WAIT_MS * 3)
 
 
 @pytest.mark.parametrize(

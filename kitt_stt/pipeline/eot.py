@@ -23,6 +23,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kitt_stt.config.schema import TurnConfig
 from kitt_stt.pipeline.turn_text import TextEnding, text_ending
 from kitt_stt.str_enum import StrEnum
 from kitt_stt.turnsense.model import TurnPrediction
@@ -67,9 +68,16 @@ class HoldRule:
     """How a turn whose words end mid-phrase is held: the model must reach ``threshold`` (above
     1.0: never), and the silence fallback waits ``wait_ms``. ``enabled`` False: words are ignored."""
 
-    enabled: bool = True
-    threshold: float = 1.01
-    wait_ms: int = 3000
+    enabled: bool
+    threshold: float
+    wait_ms: int
+
+    @classmethod
+    def from_config(cls, turn: TurnConfig) -> HoldRule:
+        return cls(turn.hold_unfinished, turn.unfinished_threshold, turn.unfinished_wait_ms)
+
+
+NO_HOLD = HoldRule(enabled=False, threshold=1.01, wait_ms=0)
 
 
 @dataclass(frozen=True)
@@ -107,7 +115,7 @@ class SilenceTimeoutPolicy(EotPolicy):
 
     def __init__(self, wait_ms: int, hold: HoldRule | None = None) -> None:
         self.wait_ms = wait_ms
-        self.hold = hold or HoldRule(enabled=False)
+        self.hold = hold or NO_HOLD
 
     async def decide(self, context: TurnContext) -> Decision:
         ending = context.ending(self.hold)
@@ -127,7 +135,7 @@ class TurnSensePolicy(EotPolicy):
                  eager_threshold: float | None = None) -> None:
         self.threshold = threshold
         self.wait_ms = wait_ms
-        self.hold = hold or HoldRule(enabled=False)
+        self.hold = hold or NO_HOLD
         self.eager_threshold = eager_threshold
 
     async def decide(self, context: TurnContext) -> Decision:

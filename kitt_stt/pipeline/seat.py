@@ -178,16 +178,14 @@ class SeatPipeline:
             options=settings.decode_options(),
             interim_enabled=settings.interim,
             chunks=self._new_chunk_tracker(),
-            stage=settings.stage,
-            engine_itn=settings.use_itn and self._scheduler.engine.info.kind == "sense_voice",
         )
         self._next_segment_id += 1
         segment.buffer.append(event.preroll)
         self._segment = segment
-        self._segment_turn = self._turns.begin_segment(segment.segment_id, event.audio_ms, segment.stage,
-                                                       segment.engine_itn)
-        if self._segment_turn.stage is not None:  # `text`/`wake` set mid-turn apply from the next turn
-            segment.stage = self._segment_turn.stage
+        # the turn keeps the text stage it began with: `text`/`wake` set mid-turn apply from the next turn
+        self._segment_turn = self._turns.begin_segment(
+            segment.segment_id, event.audio_ms, settings.stage,
+            engine_itn=settings.use_itn and self._scheduler.engine.info.kind == "sense_voice")
         self._emit(SpeechStartFrame(seat=self.seat, segment_id=segment.segment_id, audio_ms=event.audio_ms))
 
     def _new_chunk_tracker(self) -> ChunkTracker:
@@ -328,7 +326,7 @@ class SeatPipeline:
             return
         if lang is None and earlier:
             lang = earlier[-1].result.lang
-        staged = segment.stage.interim(join_texts([*(chunk.result.text for chunk in earlier), tail_text]), lang,
+        staged = turn.stage.interim(join_texts([*(chunk.result.text for chunk in earlier), tail_text]), lang,
                                        detect_wake=turn.at_start(segment.segment_id))
         if staged.wake is not None:  # so the client can duck the radio before the command is over
             self._turns.announce_wake(turn, segment.segment_id, staged.wake, audio_ms)
@@ -389,7 +387,7 @@ class SeatPipeline:
         depends on what the turn said before). Inline, not on a thread: the ITN grammars hold the
         GIL, so a thread would not free the loop. A fault there sends the text as recognised."""
         try:
-            return segment.stage.final(text, lang, segment.engine_itn, detect_wake=turn.at_start(segment.segment_id))
+            return turn.stage.final(text, lang, turn.engine_itn, detect_wake=turn.at_start(segment.segment_id))
         except Exception:
             log.exception("text stage failed on a final (seat %s, segment %d); sending it as recognised",
                           self.seat, segment.segment_id, extra={"segment": segment.segment_id})

@@ -10,7 +10,6 @@ from kitt_stt.asr.engine import DecodeOptions
 from kitt_stt.audio.buffer import PcmBuffer
 from kitt_stt.config.schema import InterimConfig
 from kitt_stt.pipeline.chunks import ChunkTracker
-from kitt_stt.text import TextStage
 from kitt_stt.turnsense.model import TurnPrediction
 
 
@@ -30,8 +29,6 @@ class Segment:
     last_interim_audio_ms: int | None = None
     last_interim_wall: float = 0.0
     last_interim_text: str = ""
-    stage: TextStage = field(default_factory=TextStage)  # the session's text stage when it began
-    engine_itn: bool = False  # the engine writes numbers as digits itself (SenseVoice use_itn)
     # the end-of-turn prediction started when a pause closed the last chunk; the segment's end
     # uses it if no speech came after (so the commit need not wait for the model)
     pause_prediction: asyncio.Future[TurnPrediction] | None = None

@@ -59,7 +59,7 @@ class Turn:
     prediction: asyncio.Future[TurnPrediction] | None = None
     turn_id: int | None = None  # given when first announced
     eager_sent: bool = False  # a turn_eager went out since speech last resumed
-    stage: TextStage | None = None  # the text stage in force when the turn began
+    stage: TextStage = field(default_factory=TextStage)  # the text stage in force when the turn began
     engine_itn: bool = False  # the engine already wrote numbers as digits (SenseVoice use_itn)
     langs: set[str | None] = field(default_factory=set)  # the languages its finals reported
     staged_finals: dict[int, StagedText] = field(default_factory=dict)  # each final as it was sent
@@ -90,8 +90,6 @@ class Turn:
         return staged
 
     def _stage_now(self, finals: tuple[int, ...]) -> StagedText:
-        if self.stage is None:
-            return StagedText(self.text())
         if len(finals) == 1:
             return self.staged_finals[finals[0]]
         text = self.text()
@@ -209,7 +207,7 @@ class TurnTracker:
         if self._current is not None and self._too_long(self._current):
             self.flush(CommitReason.MAX_DURATION)
         if self._current is None:
-            self._current = Turn(start_ms=start_ms, stage=stage, engine_itn=engine_itn)
+            self._current = Turn(start_ms=start_ms, stage=stage or TextStage(), engine_itn=engine_itn)
         elif self._current.eager_sent and self._current.turn_id is not None:
             self._current.eager_sent = False
             self._emit(TurnResumedFrame(seat=self._seat, turn_id=self._current.turn_id))
@@ -245,7 +243,7 @@ class TurnTracker:
         if not self._deciding(turn) or turn.eager_sent:
             return
         staged = self._staged(turn)
-        wake = None if turn.stage is None else self._wake_gate.peek(turn.stage.wake_settings, staged, turn.start_ms)
+        wake = self._wake_gate.peek(turn.stage.wake_settings, staged, turn.start_ms)
         if not staged.text or (wake is not None and wake.action is not TurnAction.COMMIT):
             return
         if self._commit_chain is not None and not self._commit_chain.done():
@@ -337,8 +335,7 @@ class TurnTracker:
             if self._commit_empty:
                 self._emit_commit(turn, decision, staged.text, None)
             return
-        wake = None if turn.stage is None else self._wake_gate.decide(
-            turn.stage.wake_settings, staged, turn.start_ms, turn.end_ms)
+        wake = self._wake_gate.decide(turn.stage.wake_settings, staged, turn.start_ms, turn.end_ms)
         if staged.wake is not None:
             self.announce_wake(turn, turn.segment_ids[0], staged.wake, turn.end_ms)
         if wake is not None and wake.action is TurnAction.WAKE_ONLY:

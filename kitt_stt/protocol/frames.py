@@ -22,6 +22,8 @@ from pydantic import (
     field_validator,
 )
 
+from kitt_stt.text.wake import MAX_WAKE_PHRASES
+
 PROTOCOL_VERSION = 1
 MAX_PING_ID_BYTES = 1024
 
@@ -64,17 +66,19 @@ class ClientFrame(BaseModel):
 
 
 class WakeFields(ClientFrame):
-    """``start.wake`` / ``configure.wake``: the fields given replace the session's; the rest stay."""
+    """``start.wake`` / ``configure.wake``: the fields given replace the session's; the rest stay.
+    Only types are checked here; values are checked as a whole by ``kitt_stt.text.WakeSettings``
+    (the list's length here too, so a huge list is refused before its items are read)."""
 
-    phrases: Annotated[list[StrictStr], Field(max_length=16)] | None = None
-    mode: Literal["off", "detect", "required"] | None = None
-    follow_up_ms: Annotated[StrictInt, Field(ge=0, le=600_000)] | None = None
+    phrases: Annotated[list[StrictStr], Field(max_length=MAX_WAKE_PHRASES)] | None = None
+    mode: StrictStr | None = None
+    follow_up_ms: StrictInt | None = None
 
 
 class TextFields(ClientFrame):
-    """``start.text`` / ``configure.text``: script conversion and inverse text normalisation."""
+    """``start.text`` / ``configure.text``: types here, values in ``kitt_stt.text.TextSettings``."""
 
-    script: Literal["simplified", "traditional", "as_is"] | None = None
+    script: StrictStr | None = None
     itn: StrictBool | None = None
 
 

@@ -407,7 +407,7 @@ class Connection:
 
     def _policy(self) -> EotPolicy:
         turn = self._config.turn
-        hold = HoldRule(turn.hold_unfinished, turn.unfinished_threshold, turn.unfinished_wait_ms)
+        hold = HoldRule.from_config(turn)
         if self._state.turn_model is None:
             return SilenceTimeoutPolicy(turn.wait_ms, hold)
         return TurnSensePolicy(turn.threshold, turn.wait_ms, hold, turn.eager_threshold)
