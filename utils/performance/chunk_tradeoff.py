@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -56,11 +55,11 @@ from kitt_stt.asr.features import FeatureStream  # noqa: E402
 from kitt_stt.asr.whisper_model import LONGEST_AUDIO_MS  # noqa: E402
 from kitt_stt.audio.buffer import PcmBuffer  # noqa: E402
 from kitt_stt.audio.vad import FRAME_MS, FRAME_SAMPLES, EndReason, SpeechAudio, SpeechEnded, SpeechStarted, VadSegmenter  # noqa: E402
-from kitt_stt.audio.wavfile import read_wav_16k_mono  # noqa: E402
 from kitt_stt.config.schema import AppConfig, AsrConfig, ModelsConfig  # noqa: E402
 from kitt_stt.models.registry import default_cache_dir  # noqa: E402
 from kitt_stt.pipeline.chunks import ChunkTracker, CutKind  # noqa: E402
 from kitt_stt.pipeline.turn import join_texts  # noqa: E402
+from utils.performance.speech import espeak  # noqa: E402
 from utils.performance.text_distance import edit_distance, words  # noqa: E402
 
 # Requests a driver might chain without pausing; no numbers or spelling variants (Whisper writes
@@ -115,25 +114,6 @@ class Segment:
     tail_needs_decode: bool = True
 
 
-def _to_16k(src: Path, dst: Path) -> np.ndarray:
-    # -D: no dither, so the same text gives the same samples (and the same cuts) on every run
-    subprocess.run(["sox", "-D", str(src), "-r", "16000", "-c", "1", "-b", "16", str(dst)], check=True,
-                   capture_output=True)
-    return read_wav_16k_mono(dst)
-
-
-def _trim(samples: np.ndarray, threshold: int = 300) -> np.ndarray:
-    loud = np.nonzero(np.abs(samples.astype(np.int32)) > threshold)[0]
-    return samples[loud[0] : loud[-1] + 1] if loud.size else samples
-
-
-def speak(text: str, voice: str, work: Path, wpm: int, gap: int) -> np.ndarray:
-    raw = work / "espeak.wav"
-    subprocess.run(["espeak-ng", "-v", voice, "-s", str(wpm), "-g", str(gap), "-w", str(raw), text], check=True,
-                   capture_output=True)
-    return _trim(_to_16k(raw, work / "espeak16.wav"))
-
-
 def build_passages(work: Path, voices: list[str], wpm: int, gap: int, noise_dbfs: float) -> list[Passage]:
     """Each text in each voice, after ``LEAD_MS`` of silence, over a seeded white noise floor: a
     microphone never gives digital silence, whose frames tie for quietest (and webrtcvad hears it
@@ -141,7 +121,7 @@ def build_passages(work: Path, voices: list[str], wpm: int, gap: int, noise_dbfs
     passages = []
     rng = np.random.default_rng(0)
     for voice, text in ((voice, text) for voice in voices for text in PASSAGES):
-        speech = speak(text, voice, work, wpm, gap)
+        speech = espeak(text, voice, work, "-s", str(wpm), "-g", str(gap))
         speech = np.concatenate([speech, np.zeros((-speech.shape[0]) % FRAME_SAMPLES, np.int16)])
         samples = np.concatenate([np.zeros(LEAD_MS * 16, np.int16), speech]).astype(np.float64)
         samples += rng.normal(0.0, 32768 * 10 ** (noise_dbfs / 20), samples.shape[0])

@@ -30,7 +30,6 @@ import asyncio
 import contextlib
 import json
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,10 +42,10 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from kitt_stt.audio.wavfile import read_wav_16k_mono  # noqa: E402
 from kitt_stt.client.session import SttSession, connect  # noqa: E402
 from kitt_stt.config.schema import AppConfig  # noqa: E402
 from tests.helpers import deep_merge, run_server  # noqa: E402
+from utils.performance.speech import espeak, to_16k, trim_silence  # noqa: E402
 
 ENGLISH = [
     ("open the car door please", "open the car door and"),
@@ -94,23 +93,6 @@ class Outcome:
     text_ending: str | None = None
 
 
-def _to_16k(src: Path, dst: Path) -> np.ndarray:
-    subprocess.run(["sox", str(src), "-r", "16000", "-c", "1", "-b", "16", str(dst)], check=True,
-                   capture_output=True)
-    return read_wav_16k_mono(dst)
-
-
-def _trim(samples: np.ndarray, threshold: int = 300) -> np.ndarray:
-    loud = np.nonzero(np.abs(samples.astype(np.int32)) > threshold)[0]
-    return samples[loud[0] : loud[-1] + 1] if loud.size else samples
-
-
-def _espeak(text: str, voice: str, work: Path) -> np.ndarray:
-    raw = work / "espeak.wav"
-    subprocess.run(["espeak-ng", "-v", voice, "-w", str(raw), text], check=True, capture_output=True)
-    return _trim(_to_16k(raw, work / "espeak16.wav"))
-
-
 def _cut_at_pause(samples: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """Cut at the quietest 100 ms stretch between 30 % and 70 % of the clip (a word boundary);
     returns the two parts."""
@@ -121,7 +103,7 @@ def _cut_at_pause(samples: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         return None
     lo, hi = int(0.3 * energy.size), int(0.7 * energy.size)
     cut = (lo + int(np.argmin(energy[lo:hi]))) * hop + 800
-    return _trim(samples[:cut]), _trim(samples[cut:])
+    return trim_silence(samples[:cut]), trim_silence(samples[cut:])
 
 
 def build_corpus(work: Path) -> tuple[list[Utterance], list[str]]:
@@ -130,17 +112,17 @@ def build_corpus(work: Path) -> tuple[list[Utterance], list[str]]:
     if shutil.which("espeak-ng") and shutil.which("sox"):
         for source, voice, pairs in (("espeak-en", "en", ENGLISH), ("espeak-cmn", "cmn-latn-pinyin", MANDARIN)):
             for full, partial in pairs:
-                corpus.append(Utterance(source, full, True, _espeak(full, voice, work)))
+                corpus.append(Utterance(source, full, True, espeak(full, voice, work)))
                 rest = full[len(partial):].strip()
-                corpus.append(Utterance(source, partial, False, _espeak(partial, voice, work),
-                                        _espeak(rest, voice, work) if rest else None))
+                corpus.append(Utterance(source, partial, False, espeak(partial, voice, work),
+                                        espeak(rest, voice, work) if rest else None))
     else:
         notes.append("espeak-ng or sox missing: synthetic sources skipped (apt-get install espeak-ng sox)")
     human = sorted(ALSA_DIR.glob("*_*.wav")) + sorted(SPHINX_DIR.glob("librivox/*.wav")) + sorted(
         SPHINX_DIR.glob("cards/*.wav"))
     if human and shutil.which("sox"):
         for path in human:
-            samples = _trim(_to_16k(path, work / "human.wav"))
+            samples = trim_silence(to_16k(path, work / "human.wav"))
             corpus.append(Utterance("human", path.name, True, samples))
             parts = _cut_at_pause(samples)
             if parts is not None and len(parts[0]) > 4000:

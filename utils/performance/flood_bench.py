@@ -65,8 +65,8 @@ from kitt_stt.audio.wavfile import read_wav_16k_mono  # noqa: E402
 from kitt_stt.client.session import connect, decode  # noqa: E402
 from kitt_stt.models.tone_synth import ToneStyle, synthesize  # noqa: E402
 from tests.helpers import FRAME_BYTES, deep_merge, frames_of, run_server  # noqa: E402
-from utils.performance.latency_report import trim_silence  # noqa: E402
 from utils.performance.memory_probe import MemoryProbe, PhasedSampler  # noqa: E402
+from utils.performance.speech import trim_silence  # noqa: E402
 from utils.performance.workload import nearest_rank  # noqa: E402
 
 FRAME_MS = 20

@@ -40,11 +40,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-import numpy as np  # noqa: E402
 
 from kitt_stt.audio.wavfile import read_wav_16k_mono, write_wav_16k_mono  # noqa: E402
 from kitt_stt.models.tone_synth import ToneStyle, synthesize  # noqa: E402
 from tests.helpers import run_server  # noqa: E402
+from utils.performance.speech import trim_silence  # noqa: E402
 from utils.performance.text_distance import edit_distance, words  # noqa: E402
 from utils.performance.workload import nearest_rank, run_workload  # noqa: E402
 
@@ -156,11 +156,6 @@ def main() -> int:
             print(f"{length:g} s: {distance} word edits over {len(words(whole))} words\n"
                   f"  chunked: {chunked}\n  whole:   {whole}")
     return 0
-
-
-def trim_silence(samples: np.ndarray, threshold: int = 300) -> np.ndarray:
-    loud = np.flatnonzero(np.abs(samples.astype(np.int32)) > threshold)
-    return samples[loud[0]:loud[-1] + 1] if loud.size else samples
 
 
 

@@ -29,7 +29,6 @@ import argparse
 import asyncio
 import contextlib
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,9 +41,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from kitt_stt.audio.wavfile import read_wav_16k_mono  # noqa: E402
 from kitt_stt.client.session import connect  # noqa: E402
 from tests.helpers import run_server, tone_pcm  # noqa: E402
+from utils.performance.speech import espeak  # noqa: E402
 
 FRAME_BYTES = 640
 TURN_WAIT_MS = 800  # silence that ends a turn (no end-of-turn model: decisions are deterministic)
@@ -103,11 +102,7 @@ class Voice:
     def pcm(self, text: str) -> bytes:
         if self.kind == "tone":
             return tone_pcm(text.replace(" ", ""), lead_ms=300, tail_ms=0)
-        raw, wav = self.work / "espeak.wav", self.work / "espeak16.wav"
-        subprocess.run(["espeak-ng", "-v", "en-us", "-s", "160", "-w", str(raw), text], check=True, capture_output=True)
-        subprocess.run(["sox", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(wav)], check=True,
-                       capture_output=True)
-        samples = read_wav_16k_mono(wav)
+        samples = espeak(text, "en-us", self.work, "-s", "160")
         return np.concatenate([np.zeros(4800, np.int16), samples]).astype("<i2").tobytes()
 
 
