@@ -44,8 +44,9 @@ sys.path.insert(0, str(REPO))
 
 from kitt_stt.client.session import SttSession, connect  # noqa: E402
 from kitt_stt.config.schema import AppConfig  # noqa: E402
-from tests.helpers import deep_merge, run_server  # noqa: E402
+from tests.helpers import FRAME_BYTES, deep_merge, run_server, send_pcm  # noqa: E402
 from utils.performance.speech import espeak, to_16k, trim_silence  # noqa: E402
+from utils.performance.workload import nearest_rank  # noqa: E402
 
 ENGLISH = [
     ("open the car door please", "open the car door and"),
@@ -132,14 +133,6 @@ def build_corpus(work: Path) -> tuple[list[Utterance], list[str]]:
     return corpus, notes
 
 
-FRAME_BYTES = 640
-
-
-def _pcm(samples: np.ndarray) -> bytes:
-    pcm = samples.astype("<i2").tobytes()
-    return pcm + bytes((-len(pcm)) % FRAME_BYTES)
-
-
 async def _silence(session: SttSession, seat: str, ms: int, stop: asyncio.Event) -> None:
     """Silence in real time, on absolute deadlines, until ``ms`` pass or ``stop`` is set."""
     started = time.monotonic()
@@ -151,9 +144,7 @@ async def _silence(session: SttSession, seat: str, ms: int, stop: asyncio.Event)
 
 
 async def _speech(session: SttSession, seat: str, samples: np.ndarray) -> None:
-    pcm = _pcm(samples)
-    for offset in range(0, len(pcm), FRAME_BYTES):
-        await session.send_audio(pcm[offset : offset + FRAME_BYTES], seat=seat)
+    await send_pcm(session, samples.astype("<i2").tobytes(), seat=seat)  # at once, as fast as it goes
 
 
 async def _run_one(url: str, utterance: Utterance, seat: str, setting: str, silence_ms: int,
@@ -211,13 +202,6 @@ def parse_setting(spec: str) -> tuple[str, dict]:
             node = node.setdefault(key, {})
         node[leaf] = yaml.safe_load(raw)
     return name, overrides
-
-
-def nearest_rank(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(0, int(np.ceil(q / 100.0 * len(ordered))) - 1)]
 
 
 def auc(positives: list[float], negatives: list[float]) -> float | None:

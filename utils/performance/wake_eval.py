@@ -31,7 +31,6 @@ import contextlib
 import shutil
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,10 +41,9 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from kitt_stt.client.session import connect  # noqa: E402
-from tests.helpers import run_server, tone_pcm  # noqa: E402
+from tests.helpers import run_server, send_pcm, tone_pcm  # noqa: E402
 from utils.performance.speech import espeak  # noqa: E402
 
-FRAME_BYTES = 640
 TURN_WAIT_MS = 800  # silence that ends a turn (no end-of-turn model: decisions are deterministic)
 PAUSE_MS = 1800  # silence after each utterance: longer than the turn wait, so each is its own turn
 
@@ -139,12 +137,8 @@ async def run_fixture(url: str, wake: dict[str, Any], language: str, voice: Voic
                         done.set()
 
         receiver = asyncio.create_task(receive())
-        started = time.monotonic()
         pcm = b"".join(voice.pcm(text) + bytes(32 * PAUSE_MS) for text in fixture.utterances)
-        pcm += bytes(-len(pcm) % FRAME_BYTES)
-        for index, offset in enumerate(range(0, len(pcm), FRAME_BYTES)):
-            await asyncio.sleep(max(0.0, started + index * 0.02 - time.monotonic()))
-            await session.send_audio(pcm[offset : offset + FRAME_BYTES])
+        await send_pcm(session, pcm, realtime_factor=1.0)
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(done.wait(), timeout=15)
         receiver.cancel()
