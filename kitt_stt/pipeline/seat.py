@@ -354,16 +354,16 @@ class SeatPipeline:
         else:
             if earlier is None or (decode is not None and outcome is None):
                 return  # connection closing: nobody is waiting for this final
-            pieces = [*earlier, outcome] if outcome is not None else earlier
+            pieces = [*earlier, outcome] if outcome is not None else earlier  # never empty: see _on_end
             text = join_texts(piece.result.text for piece in pieces)
-            last = pieces[-1].result if pieces else None
-            if last is not None:
-                lang, emotion, event = last.lang, last.emotion, last.event
-            timing = {"queue_ms": round(outcome.queue_ms, 2) if outcome else 0.0,
-                      "decode_ms": round(outcome.decode_ms, 2) if outcome else 0.0,
-                      "batch": outcome.batch_size if outcome else 0, "chunks": len(pieces),
-                      "tail_audio_ms": request.samples.shape[0] // 16 if request is not None else 0,
-                      "chunk_wait_ms": round(max(0.0, chunks_ready - segment.ended_at) * 1000.0, 2)}
+            last = pieces[-1].result
+            lang, emotion, event = last.lang, last.emotion, last.event
+            timing = {"queue_ms": 0.0, "decode_ms": 0.0, "batch": 0, "tail_audio_ms": 0}
+            if outcome is not None and request is not None:
+                timing = {"queue_ms": round(outcome.queue_ms, 2), "decode_ms": round(outcome.decode_ms, 2),
+                          "batch": outcome.batch_size, "tail_audio_ms": request.samples.shape[0] // 16}
+            timing |= {"chunks": len(pieces),
+                       "chunk_wait_ms": round(max(0.0, chunks_ready - segment.ended_at) * 1000.0, 2)}
         if previous is not None:
             await asyncio.wait({previous})  # in order; a failure there (logged) must not lose this final
         staged = self._staged_final(segment, turn, text, lang)
