@@ -72,10 +72,12 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
 ## Regenerate the images' hashed lock files (deployment/locks/, docs/deployment.md "Supply chain")
-## with uv, from pyproject.toml and deployment/pins/; needs PyPI. Review the diff and commit it.
-locks: $(STAMP)
-	$(PY) -m pip install --quiet 'uv==0.13.9'
-	UV=$(VENV)/bin/uv utils/lock_images.sh
+## with uv (in a small venv of its own, not the project's), from pyproject.toml and
+## deployment/pins/; needs PyPI. Review the diff and commit it.
+LOCKS_VENV := .cache/locks-venv
+locks:
+	@test -x $(LOCKS_VENV)/bin/uv || { $(PYTHON) -m venv $(LOCKS_VENV) && $(LOCKS_VENV)/bin/python -m pip install --quiet 'uv==0.13.9'; }
+	UV=$(LOCKS_VENV)/bin/uv utils/lock_images.sh
 
 clean:
 	rm -rf $(VENV) $(VENV310) .cache/test-models .cache/test-artefacts $(CONSOLE)/node_modules .pytest_cache .mypy_cache .ruff_cache

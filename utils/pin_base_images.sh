@@ -11,6 +11,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 check=${1:-}
 files=(Dockerfile Dockerfile.orin)
+if ! docker buildx version >/dev/null 2>&1; then
+    echo "pin_base_images.sh: needs docker buildx (and access to Docker Hub and nvcr.io); nothing changed" >&2
+    exit 2
+fi
 status=0
 
 digest_of() {  # the index digest a tag points to now
