@@ -351,7 +351,7 @@ class SeatPipeline:
                        "chunk_wait_ms": round(max(0.0, chunks_ready - segment.ended_at) * 1000.0, 2)}
         if previous is not None:
             await asyncio.wait({previous})  # in order; a failure there (logged) must not lose this final
-        staged = self._staged_final(segment, turn, text, lang)
+        staged = await self._staged_final(segment, turn, text, lang)
         if staged.wake is not None:
             self._turns.announce_wake(turn, segment.segment_id, staged.wake, segment.end_ms)
         latency_ms = (time.perf_counter() - segment.ended_at) * 1000.0
@@ -367,12 +367,13 @@ class SeatPipeline:
         ))
         self._turns.segment_final(turn, segment.segment_id, text, segment.end_ms, segment.ended_at, lang, staged)
 
-    def _staged_final(self, segment: Segment, turn: Turn, text: str, lang: str | None) -> StagedText:
+    async def _staged_final(self, segment: Segment, turn: Turn, text: str, lang: str | None) -> StagedText:
         """The final through the text stage, after the previous final (whether a wake phrase counts
-        depends on what the turn said before). Inline, not on a thread: the ITN grammars hold the
-        GIL, so a thread would not free the loop. A fault there sends the text as recognised."""
+        depends on what the turn said before), ITN in the worker process (a thread would not free
+        the loop: the grammars hold the GIL). A fault there sends the text as recognised."""
         try:
-            return turn.stage.final(text, lang, turn.engine_itn, detect_wake=turn.at_start(segment.segment_id))
+            return await turn.stage.final_off_loop(text, lang, turn.engine_itn,
+                                                   detect_wake=turn.at_start(segment.segment_id))
         except Exception:
             log.exception("text stage failed on a final (seat %s, segment %d); sending it as recognised",
                           self.seat, segment.segment_id, extra={"segment": segment.segment_id})
