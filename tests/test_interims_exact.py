@@ -3,7 +3,7 @@ were closed when its tail was taken. A chunk closed while the tail decodes cover
 audio, so joining it too wrote the same words twice (`打开车门打开车门` for the final `打开车门`).
 
 The fault needs a chunk to close while an interim's decode is in flight, so decodes are slowed
-(every batch sleeps ``DECODE_DELAY_S`` longer) and several seats stream paused speech in real
+(every batch 150 ms longer: tests/engine_wrappers.py) and several seats stream paused speech in real
 time with interims on: one seat in a pipeline here, several over a real server's WebSocket.
 """
 
@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult, StageTimer
 from kitt_stt.asr.ort_sense_voice import OrtSenseVoiceEngine
 from kitt_stt.asr.sense_voice_model import load_sense_voice_model
 from kitt_stt.client.session import connect
@@ -27,8 +25,8 @@ from kitt_stt.pipeline.eot import SilenceTimeoutPolicy
 from kitt_stt.pipeline.seat import SeatPipeline
 from kitt_stt.pipeline.settings import SessionSettings
 from kitt_stt.scheduler import InferenceScheduler
+from tests.engine_wrappers import SlowDecodes
 from tests.helpers import collect_until, commits, frames_of, of_type, run_server, send_pcm, tone_pcm
-from tests.slow_decode_server import DECODE_DELAY_S
 
 # Phrases with 400 ms pauses: each pause closes a chunk (chunk_pause_ms 200) without ending the
 # segment (silence_ms 500), so a segment holds several chunks and an interim is due at each pause.
@@ -40,21 +38,6 @@ CONFIG: dict[str, Any] = {
     "interim": {"enabled": True, "start_ms": 200, "min_interval_ms": 200},
     "turn": {"wait_ms": 300, "model": None},
 }
-
-
-class SlowEngine(AsrEngine):
-    """The real tone engine, every decode batch ``DECODE_DELAY_S`` slower (a loaded GPU, say)."""
-
-    def __init__(self, inner: AsrEngine) -> None:
-        self.inner = inner
-        self.info = inner.info
-
-    def new_feature_stream(self):  # type: ignore[no-untyped-def]
-        return self.inner.new_feature_stream()
-
-    def decode_batch(self, requests: Sequence[AsrRequest], timer: StageTimer | None = None) -> list[AsrResult]:
-        time.sleep(DECODE_DELAY_S)
-        return self.inner.decode_batch(requests, timer)
 
 
 def paused_speech() -> bytes:
@@ -80,7 +63,7 @@ def tone_engine(tone_dir: Path) -> OrtSenseVoiceEngine:
 
 async def test_an_interim_joins_only_the_chunks_closed_before_its_tail(tone_engine) -> None:
     config = AppConfig.model_validate(CONFIG)
-    scheduler = InferenceScheduler(SlowEngine(tone_engine), workers=1)
+    scheduler = InferenceScheduler(SlowDecodes(tone_engine), workers=1)
     scheduler.start()
     frames: list[dict[str, Any]] = []
     seats = [SeatPipeline(name, config, lambda: SessionSettings(interim=True), scheduler, SilenceTimeoutPolicy(300),

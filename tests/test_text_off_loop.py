@@ -7,16 +7,15 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult, EngineInfo, StageTimer
 from kitt_stt.asr.ort_sense_voice import OrtSenseVoiceEngine
 from kitt_stt.asr.sense_voice_model import load_sense_voice_model
+from kitt_stt.client.session import connect
 from kitt_stt.config.schema import AppConfig, AsrConfig
 from kitt_stt.pipeline.eot import SilenceTimeoutPolicy
 from kitt_stt.pipeline.seat import SeatPipeline
@@ -26,28 +25,24 @@ from kitt_stt.text.itn import WetextNormalizer
 from kitt_stt.text.language import TextLanguage
 from kitt_stt.text.offload import ItnWorker
 from kitt_stt.text.stage import TextStage
-from tests.helpers import commits, of_type, running, tone_pcm
+from tests.engine_wrappers import NUMBER_WORDS, NumberWords
+from tests.helpers import collect_until, commits, of_type, run_server, running, send_pcm, tone_pcm
 
-LONG = "空调调到二十六度" * 20  # 160 characters: tens of milliseconds of grammars
-SHORT = "音量调到百分之三十"
-SAID = {"打开车门": LONG, "关窗": SHORT}  # what the tone engine hears -> what this "engine" writes
+LONG, SHORT = NUMBER_WORDS["打开车门"], NUMBER_WORDS["关窗"]
+CONFIG: dict[str, Any] = {"asr": {"chunk_pause_ms": 0, "use_itn": False}, "vad": {"silence_ms": 300},
+                          "interim": {"enabled": False}, "turn": {"model": None, "wait_ms": 800}}
 
 
-class NumberWords(AsrEngine):
-    """The tone engine's decodes written as Mandarin number words, as Whisper writes them (an
-    engine without ITN of its own, so the text stage's ITN applies)."""
+def one_turn_two_segments() -> bytes:
+    return tone_pcm("打开车门", tail_ms=500) + tone_pcm("关窗", lead_ms=0, tail_ms=600)
 
-    info = EngineInfo(name="number-words", kind="whisper", provider="cpu", languages=("zh",), hotwords=False)
 
-    def __init__(self, inner: AsrEngine) -> None:
-        self.inner = inner
-
-    def new_feature_stream(self):  # type: ignore[no-untyped-def]
-        return self.inner.new_feature_stream()
-
-    def decode_batch(self, requests: Sequence[AsrRequest], timer: StageTimer | None = None) -> list[AsrResult]:
-        return [AsrResult(text=SAID.get(result.text, result.text), lang="zh")
-                for result in self.inner.decode_batch(requests, timer)]
+def assert_normalised_in_order(frames: list[dict[str, Any]]) -> None:
+    assert [f["type"] for f in frames if f["type"] in ("final", "commit")] == ["final", "final", "commit"]
+    first, second = of_type(frames, "final")
+    assert (first["segment_id"], second["segment_id"]) == (1, 2)  # the long one first, though slower
+    assert first["text"] == "空调调到26度" * 20 and second["text"] == "音量调到30%"
+    assert commits(frames)[0]["text"] == "空调调到26度" * 20 + "音量调到30%"  # the turn, restaged as one
 
 
 @pytest.fixture(scope="module")
@@ -64,13 +59,12 @@ async def test_finals_and_commits_are_normalised_off_the_loop_in_order(tone_engi
         return original(self, text, language)
 
     monkeypatch.setattr(WetextNormalizer, "normalize", recording)
-    config = AppConfig.model_validate({"asr": {"chunk_pause_ms": 0}, "vad": {"silence_ms": 300},
-                                       "interim": {"enabled": False}, "turn": {"model": None}})
+    config = AppConfig.model_validate(CONFIG)
     frames: list[dict[str, Any]] = []
-    pcm = tone_pcm("打开车门", tail_ms=500) + tone_pcm("关窗", lead_ms=0, tail_ms=600)  # one turn, two segments
+    pcm = one_turn_two_segments()
     with running(InferenceScheduler(NumberWords(tone_engine), workers=1)) as scheduler:
         seat = SeatPipeline("driver", config, lambda: SessionSettings(interim=False, language="zh"), scheduler,
-                            SilenceTimeoutPolicy(800), lambda frame: frames.append(frame.model_dump()),
+                            SilenceTimeoutPolicy(config.turn.wait_ms), lambda frame: frames.append(frame.model_dump()),
                             owner="test")
         try:
             seat.push_audio(np.frombuffer(pcm, dtype="<i2"))
@@ -80,11 +74,7 @@ async def test_finals_and_commits_are_normalised_off_the_loop_in_order(tone_engi
                 await asyncio.sleep(0.01)
         finally:
             seat.close()
-    assert [f["type"] for f in frames if f["type"] != "speech_start"] == ["final", "final", "commit"]
-    first, second = of_type(frames, "final")
-    assert (first["segment_id"], second["segment_id"]) == (1, 2)  # the long one first, though slower
-    assert first["text"] == "空调调到26度" * 20 and second["text"] == "音量调到30%"
-    assert commits(frames)[0]["text"] == "空调调到26度" * 20 + "音量调到30%"  # the turn, restaged as one
+    assert_normalised_in_order(frames)
     assert inline == []  # not one text went through the grammars in this process
 
 
@@ -109,3 +99,31 @@ async def test_a_worker_that_died_is_replaced_for_the_next_text() -> None:
         assert await worker.normalize("三十度", TextLanguage.ZH) == "30度"
     finally:
         worker.close()
+
+
+async def test_a_real_server_normalises_in_its_worker_process_in_order(tmp_path, model_cache) -> None:
+    """Two seats at once, each a long final full of number words and a short one in one turn."""
+    seats = ("driver", "passenger")
+    with run_server(tmp_path, model_cache, CONFIG, module="tests.number_words_server") as server:
+        async with connect(server.url) as session:
+            await asyncio.gather(*(send_pcm(session, one_turn_two_segments(), seat=seat, realtime_factor=1.0)
+                                   for seat in seats))
+            frames = await collect_until(session, lambda fs: len(commits(fs)) == len(seats), timeout=30)
+        workers = itn_workers(server.process.pid)
+    for seat in seats:
+        assert_normalised_in_order([f for f in frames if f.get("seat") == seat])
+    assert len(workers) == 1, workers  # the server's one ITN process did it
+
+
+def itn_workers(pid: int) -> list[str]:
+    """Command lines of ``pid``'s children that multiprocessing spawned."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            command = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        if parent == pid and "spawn_main" in command:  # not its resource tracker
+            found.append(command)
+    return found
