@@ -99,3 +99,16 @@ async def test_interims_over_a_real_server_with_slow_decodes(tmp_path, model_cac
         [final] = of_type(frames, "final", seat)
         assert final["text"] == "".join(PHRASES), final
         assert assert_interims_lead_to_their_finals([f for f in frames if f.get("seat") == seat]) >= 2
+
+
+def test_an_interim_older_than_one_sent_is_not_shown() -> None:
+    """With several decode workers a later interim can finish first; the older one would step back."""
+    from kitt_stt.asr.engine import DecodeOptions
+    from kitt_stt.pipeline.segment import Segment
+
+    segment = Segment(segment_id=1, start_ms=0, options=DecodeOptions(), interim_enabled=True)
+    assert segment.show_interim("打开车", 800)
+    assert not segment.show_interim("打开", 600)  # older: would take back a word already shown
+    assert not segment.show_interim("打开车", 1000)  # the same text again
+    assert not segment.show_interim("", 1200)  # the wake phrase alone
+    assert segment.show_interim("打开车门", 1200)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -127,3 +128,19 @@ def itn_workers(pid: int) -> list[str]:
         if parent == pid and "spawn_main" in command:  # not its resource tracker
             found.append(command)
     return found
+
+
+async def test_the_worker_outlives_a_signal_to_the_process_group() -> None:
+    """Ctrl-C reaches every process of the terminal's group: the server drains its sessions, whose
+    finals still need ITN, so the worker must not die first."""
+    worker = ItnWorker()
+    try:
+        assert await worker.normalize("二十六度", TextLanguage.ZH) == "26度"
+        [pid] = list(worker._executor()._processes)
+        os.kill(pid, signal.SIGINT)
+        os.kill(pid, signal.SIGTERM)
+        await asyncio.sleep(0.2)
+        assert await worker.normalize("三十度", TextLanguage.ZH) == "30度"
+        assert list(worker._executor()._processes) == [pid]  # the same process, not a replacement
+    finally:
+        worker.close()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing
+import signal
 import threading
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -32,7 +33,12 @@ from kitt_stt.text.language import TextLanguage
 log = logging.getLogger(__name__)
 
 
-def _load_grammars() -> None:
+def _start_worker() -> None:
+    """In the worker process: the grammars loaded once; Ctrl-C or a SIGTERM sent to the whole
+    process group left to the server, which drains its sessions (their finals still need ITN) and
+    then stops this process (it also exits when the server's end of the pipe closes)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     WetextNormalizer.load()
 
 
@@ -52,7 +58,7 @@ class ItnWorker:
         with self._lock:
             if self._pool is None:
                 self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
-                                                 initializer=_load_grammars)
+                                                 initializer=_start_worker)
             return self._pool
 
     def start(self) -> None:
