@@ -4,8 +4,8 @@ Steps, in order: script conversion (:mod:`.script`), wake-phrase detection and s
 (:mod:`.wake`), inverse text normalisation (:mod:`.itn`).  Interims get the cheap two (tens of
 microseconds); finals and commits all three.  ITN costs a millisecond or more, growing with the
 text, and holds the GIL, so the service awaits :meth:`TextStage.final_off_loop`, which runs it in
-a worker process (:mod:`.offload`); :meth:`TextStage.final` runs it in the caller (tools, tests).  Engines still
-strip their own tags (``kitt_stt/asr/text.py``): SenseVoice's tags carry the language, emotion and
+a worker process (:mod:`.offload`); :meth:`TextStage.final` runs it in the caller (tools,
+tests).  Engines still strip their own tags (``kitt_stt/asr/text.py``): SenseVoice's tags carry the language, emotion and
 event the engine reports, so they are parsed where they are read.
 """
 
@@ -88,8 +88,9 @@ class TextStage:
 
     async def final_off_loop(self, text: str, lang: str | None = None, engine_itn: bool = False,
                              detect_wake: bool = True) -> StagedText:
-        """:meth:`final`, with ITN in the worker process, so the event loop goes on meanwhile
-        (the cheap steps, tens of microseconds, stay on it)."""
+        """:meth:`final`, with ITN in the worker process, so the event loop goes on meanwhile;
+        the cheap steps stay on it (~50 µs for a command, a few ms for a long text with the
+        largest wake configuration)."""
         before = self._before_itn(text, lang, engine_itn, detect_wake)
         if before.language is None:
             return before.staged
