@@ -5,8 +5,8 @@ Steps, in order: script conversion (:mod:`.script`), wake-phrase detection and s
 microseconds); finals and commits all three.  ITN costs a millisecond or more, growing with the
 text, and holds the GIL, so the service awaits :meth:`TextStage.final_off_loop`, which runs it in
 a worker process (:mod:`.offload`); :meth:`TextStage.final` runs it in the caller (tools,
-tests).  Engines still strip their own tags (``kitt_stt/asr/text.py``): SenseVoice's tags carry the language, emotion and
-event the engine reports, so they are parsed where they are read.
+tests).  Engines still strip their own tags (``kitt_stt/asr/text.py``): SenseVoice's tags
+carry the language, emotion and event the engine reports, so they are parsed where they are read.
 """
 
 from __future__ import annotations
