@@ -14,8 +14,9 @@ through :class:`~kitt_stt.text.stage.TextStage`, one way per column:
 
 Each final runs in its own probe window, the ways interleaved final by final so that the
 machine's own noise (``idle``) falls on all alike; printed: the median and the longest stall,
-the loop thread's CPU time per final (``time.thread_time``: what the loop itself spent, whatever
-else the machine did), and the time a final takes end to end (what its own seat waits)::
+the loop thread's CPU time per final (``time.thread_time``, measured on a second run without the
+probe: what the loop itself spent, whatever else the machine did), and the time a final takes end
+to end (what its own seat waits)::
 
     python utils/performance/text_loop_lag.py            # --repeats 10 --sizes 20 80 160 320
 """
@@ -95,12 +96,15 @@ def ways(stage: TextStage) -> dict[str, Callable[[str], Awaitable[StagedText]]]:
 
 
 async def one_final(way: Callable[[str], Awaitable[StagedText]], text: str) -> tuple[float, float, float]:
-    """One final in its own probe window: (longest stall ms, ms it took, loop-thread CPU ms)."""
+    """(longest stall ms and ms it took, in a probe window; loop-thread CPU ms, without the probe,
+    whose own wake-ups would count)."""
     async with LagProbe() as probe:
-        started, cpu = time.perf_counter(), time.thread_time()
+        started = time.perf_counter()
         await way(text)
-        took, cpu_ms = (time.perf_counter() - started) * 1000.0, (time.thread_time() - cpu) * 1000.0
-    return probe.longest_ms, took, cpu_ms
+        took = (time.perf_counter() - started) * 1000.0
+    cpu = time.thread_time()
+    await way(text)
+    return probe.longest_ms, took, (time.thread_time() - cpu) * 1000.0
 
 
 async def run(sizes: list[int], repeats: int) -> list[tuple[str, dict[str, list[tuple[float, float, float]]]]]:
