@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -144,3 +146,41 @@ async def test_the_worker_outlives_a_signal_to_the_process_group() -> None:
         assert list(worker._executor()._processes) == [pid]  # the same process, not a replacement
     finally:
         worker.close()
+
+
+def test_the_worker_exits_when_the_server_is_killed(tmp_path) -> None:
+    """A server killed outright (SIGKILL, out of memory) must not leave its ITN worker behind,
+    holding its grammars (~80 MB) for ever."""
+    script = tmp_path / "owner.py"
+    script.write_text(
+        "import time\n"
+        "from kitt_stt.text.offload import shared_worker\n"
+        "if __name__ == '__main__':\n"
+        "    worker = shared_worker()\n"
+        "    worker.start()\n"
+        "    print(*worker._executor()._processes, flush=True)\n"
+        "    time.sleep(60)\n")
+    owner = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    worker_pid = None
+    try:
+        assert owner.stdout is not None
+        worker_pid = int(owner.stdout.readline())
+        owner.kill()
+        owner.wait(10)
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{worker_pid}").exists() and _state(worker_pid) != "Z":
+            assert time.monotonic() < deadline, "the worker outlived its server"
+            time.sleep(0.05)
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+        if worker_pid is not None and _state(worker_pid) not in ("Z", "gone"):
+            os.kill(worker_pid, signal.SIGKILL)  # this test's own leftover, when it fails
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"

@@ -1,13 +1,13 @@
 """Inverse text normalisation in a worker process, so the event loop never waits on the grammars.
 
-ITN's cost grows with the text (~0.1 ms a Mandarin character here; 108 ms for 320 on a loaded
-machine), and every session shares the one event loop. The options, measured side by side
+ITN's cost grows with the text (0.1-0.4 ms a Mandarin character on the development machine, by
+its load: 40-130 ms for 320), and every session shares the one event loop. The options, measured side by side
 (``utils/performance/text_loop_lag.py``, numbers in ``docs/text.md``):
 
-* a thread frees nothing: kaldifst holds the GIL for a whole call, so the loop's thread waits
-  for the GIL as long as the call runs;
+* a thread frees almost nothing: kaldifst holds the GIL for a whole call, so the loop's thread
+  waits for the GIL as long as the call runs;
 * cutting the text at sentence boundaries and yielding between pieces bounds a stall only when
-  the text has punctuation every ~30 characters (SenseVoice and Whisper often write none), and
+  the text has punctuation every few dozen characters (SenseVoice and Whisper often write none), and
   a cut inside a number changes what the grammars read;
 * a process is free of the GIL whatever the text: the loop only pickles a string (~0.5 ms round
   trip for a short one) and awaits. One process serves the whole service (calls queue there, in
@@ -22,6 +22,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing
+import multiprocessing.connection
+import os
 import signal
 import threading
 from concurrent.futures import ProcessPoolExecutor
@@ -36,10 +38,20 @@ log = logging.getLogger(__name__)
 def _start_worker() -> None:
     """In the worker process: the grammars loaded once; Ctrl-C or a SIGTERM sent to the whole
     process group left to the server, which drains its sessions (their finals still need ITN) and
-    then stops this process (it also exits when the server's end of the pipe closes)."""
+    then stops this process; and an exit of its own when the server dies without stopping it
+    (SIGKILL, out of memory), or it would hold its grammars forever: the task queue's pipe never
+    closes, since this process holds both of its ends."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        threading.Thread(target=_exit_with, args=(parent.sentinel,), name="parent-watch", daemon=True).start()
     WetextNormalizer.load()
+
+
+def _exit_with(parent_sentinel: int) -> None:
+    multiprocessing.connection.wait([parent_sentinel])  # ready when the parent has exited
+    os._exit(0)
 
 
 def _normalize(text: str, language: str, params: ItnParams) -> str:
