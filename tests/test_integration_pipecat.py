@@ -146,9 +146,11 @@ async def test_wav_through_a_pipecat_pipeline_gives_transcription_and_turn_frame
 
 
 async def test_two_turns_arrive_as_two_committed_transcriptions(server) -> None:
-    pcm = tone_pcm("打开车门", tail_ms=1500) + tone_pcm("关车窗", tail_ms=1200)
+    # the server's turn wait runs on the wall clock: the pause must last there too (1 s at this pace)
+    pcm = tone_pcm("打开车门", tail_ms=2000) + tone_pcm("关车窗", tail_ms=1200)
     service = KittSTTService(server.url, seat="rear left")
-    before, *_ = await run_pipeline(service, wav_chunks(wav_bytes(pcm)), lambda rec, _: len(committed(rec)) >= 2)
+    before, *_ = await run_pipeline(service, wav_chunks(wav_bytes(pcm)), lambda rec, _: len(committed(rec)) >= 2,
+                                    pace_s=0.005)
     assert committed(before) == ["打开车门", "关车窗"]
     kinds = [name for name in names(before.frames) if name != "InterimTranscriptionFrame"]
     assert kinds == ["ProposedUserStartedSpeakingFrame", "TranscriptionFrame", "ProposedUserStoppedSpeakingFrame"] * 2
