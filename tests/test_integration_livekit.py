@@ -19,11 +19,11 @@ import pytest
 
 pytest.importorskip("livekit.agents", reason="the livekit extra is not installed (pip install 'kitt-stt[livekit]')")
 
-from livekit import rtc  # noqa: E402
-from livekit.agents import stt as lk_stt  # noqa: E402
+from livekit import rtc
+from livekit.agents import stt as lk_stt
 
-from kitt_stt.integrations.livekit import STT  # noqa: E402
-from tests.helpers import free_port, run_server, silence, tone_pcm  # noqa: E402
+from kitt_stt.integrations.livekit import STT
+from tests.helpers import free_port, run_server, silence, tone_pcm
 
 Kind = lk_stt.SpeechEventType
 

@@ -31,6 +31,7 @@ from livekit.agents import (
     APIStatusError,
     stt,
 )
+from livekit.agents.language import LanguageCode
 from livekit.agents.types import NOT_GIVEN, NotGivenOr
 from livekit.agents.utils import AudioBuffer, is_given
 
@@ -273,7 +274,8 @@ def _mono(frame: rtc.AudioFrame) -> bytes:
 
 def _event(kind: stt.SpeechEventType, text: str, language: str | None, start: float = 0.0,
            end: float = 0.0) -> stt.SpeechEvent:
-    data = stt.SpeechData(language=language or "", text=text, start_time=start, end_time=end, confidence=1.0)
+    data = stt.SpeechData(language=LanguageCode(language or ""), text=text, start_time=start, end_time=end,
+                          confidence=1.0)
     return stt.SpeechEvent(type=kind, alternatives=[data])
 
 

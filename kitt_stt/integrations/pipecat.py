@@ -11,6 +11,7 @@ rules: docs/integrations.md, kitt_stt/integrations/link.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
@@ -75,6 +76,8 @@ class KittSTTService(EagerEndOfTurnSTTServiceMixin, WebsocketSTTService):
     (its ``metadata.eot.decision`` says why the turn ended).
     """
 
+    _websocket: Any  # pipecat's WebsocketService slot: the open connection, or None
+
     def __init__(self, url: str, *, seat: str = "driver", language: str | None = None,
                  hotwords: Sequence[str] = (), token: str | None = None, eager: bool = True,
                  interim: bool = True, should_interrupt: bool = True, finalize_on_vad_stop: bool = True,
@@ -91,7 +94,8 @@ class KittSTTService(EagerEndOfTurnSTTServiceMixin, WebsocketSTTService):
                                     replay_max_ms=replay_max_ms, extra_start=dict(start_options or {}))
         kwargs.setdefault("settings", STTSettings(model=None, language=None))  # ours are in the start frame
         super().__init__(enable_eager_end_of_turn=eager, keepalive_timeout=keepalive_s,
-                         keepalive_interval=min(1.0, keepalive_s), reconnect_backoff_min_wait=reconnect_backoff_min_wait,
+                         keepalive_interval=min(1.0, keepalive_s),
+                         reconnect_backoff_min_wait=reconnect_backoff_min_wait,
                          reconnect_backoff_max_wait=reconnect_backoff_max_wait, **kwargs)
         self._should_interrupt = should_interrupt
         self._finalize_on_vad_stop = finalize_on_vad_stop
@@ -190,10 +194,8 @@ class KittSTTService(EagerEndOfTurnSTTServiceMixin, WebsocketSTTService):
         await self._send_frames(self._reframer.flush())
         await self._send({"type": "close"})
         if self._receive_task is not None:
-            try:
+            with contextlib.suppress(Exception):  # a timeout or the loop's own error: tear down anyway
                 await asyncio.wait_for(asyncio.shield(self._receive_task), timeout=3.0)
-            except (asyncio.TimeoutError, Exception):  # noqa: UP041 - asyncio.TimeoutError on 3.10
-                pass
             await self.cancel_task(self._receive_task, timeout=1.0)
             self._receive_task = None
         await self._disconnect_websocket()
