@@ -92,7 +92,7 @@ def names(frames: list[Frame]) -> list[str]:
 
 
 async def run_pipeline(service: KittSTTService, chunks: list[bytes], wait_for, pace_s: float = 0.002,
-                       during=None) -> tuple[Recorder, Recorder, Recorder]:
+                       during=None, quiet_s: float = 0.0) -> tuple[Recorder, Recorder, Recorder]:
     """Feed ``chunks`` into a pipecat pipeline; end it once ``wait_for(before, head)`` holds.
     ``head`` sits before the service and sees what it pushes upstream (errors)."""
     head, before, after = Recorder("head"), Recorder("before-aggregator"), Recorder("after-aggregator")
@@ -107,6 +107,7 @@ async def run_pipeline(service: KittSTTService, chunks: list[bytes], wait_for, p
 
     async def feed() -> None:
         await asyncio.wait_for(started.wait(), 10)
+        await asyncio.sleep(quiet_s)  # a pipeline that sends no audio at all for this long
         for index, chunk in enumerate(chunks):
             await worker.queue_frame(InputAudioRawFrame(audio=chunk, sample_rate=16000, num_channels=1))
             if during is not None:
@@ -168,6 +169,22 @@ async def test_server_errors_become_pipecat_error_frames(server) -> None:
     assert errors and "bad_field" in errors[0].error and "xx" in errors[0].error
 
 
+async def test_keepalive_holds_a_quiet_session_open(tmp_path: Path, model_cache: Path) -> None:
+    with run_server(tmp_path, model_cache, {"server": {"idle_timeout_s": 1.0}}) as strict:
+        service = KittSTTService(strict.url, keepalive_s=0.3)
+        disconnects: list = []
+
+        @service.event_handler("on_disconnected")
+        async def _gone(_service) -> None:
+            disconnects.append(True)
+
+        before, _, head = await run_pipeline(service, wav_chunks(wav_bytes(tone_pcm("打开车门", tail_ms=1200))),
+                                             lambda rec, _: committed(rec), quiet_s=3.0)
+    assert committed(before) == ["打开车门"]
+    assert not [frame for frame in head.frames if isinstance(frame, ErrorFrame)]  # no idle_timeout
+    assert len(disconnects) == 1  # only the pipeline's own end closed the session
+
+
 async def test_finalize_on_the_pipelines_vad_stop_commits_at_once(tmp_path: Path, model_cache: Path) -> None:
     from pipecat.frames.frames import VADUserStoppedSpeakingFrame
 
@@ -192,7 +209,7 @@ async def test_reconnect_after_a_server_restart_replays_the_turn(tmp_path: Path,
     holder: dict = {}
     with run_server(tmp_path, model_cache, port=port) as first:
         holder["server"] = first
-        service = KittSTTService(first.url, reconnect_backoff_min_wait=0.3, reconnect_backoff_max_wait=2.0)
+        service = KittSTTService(first.url)  # the default backoff: 0.5 s doubling to 8 s, 6 attempts
 
         async def restart_mid_utterance(index: int) -> None:
             if index == 80 and "restarted" not in holder:  # 0.8 s in: in the middle of 打开车门

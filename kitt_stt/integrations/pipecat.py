@@ -181,6 +181,12 @@ class KittSTTService(EagerEndOfTurnSTTServiceMixin, WebsocketSTTService):
         """Quiet pipeline (no audio for ``keepalive_s``): a ``ping`` keeps the session open."""
         await self._send({"type": "ping", "id": "keepalive"})
 
+    async def _try_reconnect(self, max_retries: int = 3, report_error: Any = None) -> bool:
+        """pipecat's reconnect loop and backoff, with our attempt budget (a restarting server needs
+        longer than pipecat's default three tries to load its model)."""
+        return await super()._try_reconnect(max_retries=max(max_retries, self._options.max_reconnects),
+                                            report_error=report_error)
+
     async def _connect(self) -> None:
         await super()._connect()
         await self._connect_websocket()
