@@ -137,6 +137,11 @@ async def test_server_errors_are_emitted_as_stt_errors(server) -> None:
     model.on("error", errors.append)
     await stream_events(model, frames_16k(silence(200)), lambda _: bool(errors))
     assert errors and "bad_field" in str(errors[0].error) and errors[0].recoverable is False
+    hotword_errors: list = []
+    ambiguous = STT(server.url, hotwords=["12:30"])  # the protocol refuses an ambiguous colon: hotwords reach it
+    ambiguous.on("error", hotword_errors.append)
+    await stream_events(ambiguous, frames_16k(silence(200)), lambda _: bool(hotword_errors))
+    assert hotword_errors and "hotword" in str(hotword_errors[0].error)
 
 
 async def test_keepalive_holds_a_quiet_session_open(tmp_path: Path, model_cache: Path) -> None:

@@ -16,6 +16,7 @@ import sys
 import wave
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 if sys.version_info < (3, 11):
@@ -63,10 +64,10 @@ class Recorder(FrameProcessor):
         await self.push_frame(frame, direction)
 
 
-def wav_bytes(pcm: bytes, rate: int = 16000) -> bytes:
+def wav_bytes(pcm: bytes, rate: int = 16000, channels: int = 1) -> bytes:
     buffer = io.BytesIO()
     with wave.open(buffer, "wb") as handle:
-        handle.setnchannels(1)
+        handle.setnchannels(channels)
         handle.setsampwidth(2)
         handle.setframerate(rate)
         handle.writeframes(pcm)
@@ -77,7 +78,7 @@ def wav_chunks(data: bytes, chunk_ms: int = 10) -> list[bytes]:
     """The WAV's PCM in the chunks a transport would deliver (10 ms: not our 20 ms frame size)."""
     with wave.open(io.BytesIO(data), "rb") as handle:
         pcm = handle.readframes(handle.getnframes())
-    size = 32 * chunk_ms
+        size = handle.getframerate() * handle.getnchannels() * 2 * chunk_ms // 1000
     return [pcm[i:i + size] for i in range(0, len(pcm), size)]
 
 
@@ -92,13 +93,14 @@ def names(frames: list[Frame]) -> list[str]:
 
 
 async def run_pipeline(service: KittSTTService, chunks: list[bytes], wait_for, pace_s: float = 0.002,
-                       during=None, quiet_s: float = 0.0) -> tuple[Recorder, Recorder, Recorder]:
+                       during=None, quiet_s: float = 0.0, rate: int = 16000,
+                       channels: int = 1) -> tuple[Recorder, Recorder, Recorder]:
     """Feed ``chunks`` into a pipecat pipeline; end it once ``wait_for(before, head)`` holds.
     ``head`` sits before the service and sees what it pushes upstream (errors)."""
     head, before, after = Recorder("head"), Recorder("before-aggregator"), Recorder("after-aggregator")
     aggregators = LLMContextAggregatorPair(LLMContext())
     worker = PipelineWorker(Pipeline([head, service, before, aggregators.user(), after]),
-                            params=PipelineParams(audio_in_sample_rate=16000), cancel_on_idle_timeout=False)
+                            params=PipelineParams(audio_in_sample_rate=rate), cancel_on_idle_timeout=False)
     started = asyncio.Event()
 
     @worker.event_handler("on_pipeline_started")
@@ -109,14 +111,15 @@ async def run_pipeline(service: KittSTTService, chunks: list[bytes], wait_for, p
         await asyncio.wait_for(started.wait(), 10)
         await asyncio.sleep(quiet_s)  # a pipeline that sends no audio at all for this long
         for index, chunk in enumerate(chunks):
-            await worker.queue_frame(InputAudioRawFrame(audio=chunk, sample_rate=16000, num_channels=1))
+            await worker.queue_frame(InputAudioRawFrame(audio=chunk, sample_rate=rate, num_channels=channels))
             if during is not None:
                 await during(index)
             await asyncio.sleep(pace_s)
         for _ in range(300):  # up to 30 s for the server's commit to come through
             if wait_for(before, head):
                 break
-            await worker.queue_frame(InputAudioRawFrame(audio=silence(10), sample_rate=16000, num_channels=1))
+            quiet = bytes(rate * channels * 2 // 100)  # 10 ms
+            await worker.queue_frame(InputAudioRawFrame(audio=quiet, sample_rate=rate, num_channels=channels))
             await asyncio.sleep(0.1)
         await worker.queue_frame(EndFrame())
 
@@ -159,6 +162,17 @@ async def test_two_turns_arrive_as_two_committed_transcriptions(server) -> None:
     assert committed(before) == ["打开车门", "关车窗"]
     kinds = [name for name in names(before.frames) if name != "InterimTranscriptionFrame"]
     assert kinds == ["ProposedUserStartedSpeakingFrame", "TranscriptionFrame", "ProposedUserStoppedSpeakingFrame"] * 2
+
+
+async def test_a_48khz_stereo_pipeline_is_sent_as_16khz_mono(server) -> None:
+    mono = np.frombuffer(tone_pcm("关车窗", tail_ms=1200), "<i2")
+    times = np.arange(mono.shape[0] * 3) / 48000
+    up = np.interp(times, np.arange(mono.shape[0]) / 16000, mono.astype(float)).astype("<i2")
+    stereo = np.stack([up, up], axis=1).reshape(-1).tobytes()
+    service = KittSTTService(server.url, hotwords=["车窗:2"])
+    before, *_ = await run_pipeline(service, wav_chunks(wav_bytes(stereo, rate=48000, channels=2)),
+                                    lambda rec, _: committed(rec), rate=48000, channels=2)
+    assert committed(before) == ["关车窗"]
 
 
 async def test_server_errors_become_pipecat_error_frames(server) -> None:
