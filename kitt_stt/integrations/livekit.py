@@ -36,6 +36,7 @@ from livekit.agents.types import NOT_GIVEN, NotGivenOr
 from livekit.agents.utils import AudioBuffer, is_given
 
 from kitt_stt.integrations.link import (
+    FRAME_MS,
     SAMPLE_RATE,
     LinkOptions,
     Reframer,
@@ -143,6 +144,8 @@ class RecognizeStream(stt.RecognizeStream):
         self._downsampler: rtc.AudioResampler | None = None  # not `_resampler`: the base class uses that name
         self._websocket: websockets.ClientConnection | None = None
         self._last_sent = time.monotonic()
+        self._sent_ms = 0  # audio of this stream sent so far (replays not counted twice)
+        self._origin_ms = 0  # where in the stream the current connection's audio clock starts
         self.ready: dict[str, Any] | None = None  # the server's last ``ready`` frame
         self.reconnects = 0
 
@@ -183,6 +186,7 @@ class RecognizeStream(stt.RecognizeStream):
             self.ready = await _await_ready(websocket, self._conn_options.timeout)
             self._replay.limit_to(int(self.ready.get("limits", {}).get("burst_ms", 10_000)))
             await websocket.send(encode(options.start_frame()))
+            self._origin_ms = self._sent_ms - len(self._replay) * FRAME_MS  # the server's 0 ms
             if len(self._replay):
                 self._tracker.reconnected()
                 for pcm in self._replay:
@@ -210,6 +214,7 @@ class RecognizeStream(stt.RecognizeStream):
                 frames = self._reframer.push(tail) + self._reframer.flush()
             for pcm in frames:
                 self._replay.add(pcm)
+                self._sent_ms += FRAME_MS
                 await websocket.send(encode({"type": "audio", "seat": seat, "pcm": pcm}))
             if not isinstance(item, rtc.AudioFrame):
                 await websocket.send(encode({"type": "finalize", "seat": seat}))
@@ -251,9 +256,9 @@ class RecognizeStream(stt.RecognizeStream):
         elif isinstance(event, Eager):
             self._event_ch.send_nowait(_event(kind.PREFLIGHT_TRANSCRIPT, event.text, language))
         elif isinstance(event, Committed):
-            offset = self.start_time_offset
-            start = offset + (event.start_ms or 0) / 1000.0
-            end = offset + (event.end_ms or event.start_ms or 0) / 1000.0
+            offset = self.start_time_offset * 1000.0 + self._origin_ms  # stream time of the server's 0 ms
+            start = (offset + (event.start_ms or 0)) / 1000.0
+            end = (offset + (event.end_ms or event.start_ms or 0)) / 1000.0
             final = _event(kind.FINAL_TRANSCRIPT, event.text, event.language or language, start, end)
             final.alternatives[0].metadata = {"commit": event.frame}
             self._event_ch.send_nowait(final)

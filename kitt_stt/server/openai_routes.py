@@ -23,7 +23,7 @@ from kitt_stt.server.file_transcription import DecodeCancelled, Transcript, tran
 from kitt_stt.server.multipart_form import BodyTooLarge, FormError, UploadForm, parse_form, read_body
 from kitt_stt.server.state import ServiceState
 from kitt_stt.server.transcript_formats import ResponseFormat, as_json, as_srt, as_verbose_json, as_vtt
-from kitt_stt.server.upload_audio import UnsupportedAudio, decode_upload
+from kitt_stt.server.upload_audio import AudioTooLong, UnsupportedAudio, decode_upload
 from kitt_stt.text import TextStage
 
 log = logging.getLogger(__name__)
@@ -98,13 +98,13 @@ async def _transcribe(request: Request, state: ServiceState) -> Response:
     language = _language(form, state)
     hotwords = _hotwords(form.value("prompt"))
     try:
-        samples = await asyncio.to_thread(decode_upload, data, filename)
+        samples = await asyncio.to_thread(decode_upload, data, filename, limits.max_audio_s)
     except UnsupportedAudio as exc:
         raise ApiError(400, str(exc), param="file", code="unsupported_audio") from None
-    duration = samples.shape[0] / 16000
-    if duration > limits.max_audio_s:
-        raise ApiError(400, f"the audio is {duration:.1f} s long; this server takes at most {limits.max_audio_s:g} s "
-                       "(transcriptions.max_audio_s)", param="file", code="audio_too_long")
+    except AudioTooLong as exc:
+        raise ApiError(400, f"the audio is {exc.seconds:.1f} s long; this server takes at most "
+                       f"{limits.max_audio_s:g} s (transcriptions.max_audio_s)", param="file",
+                       code="audio_too_long") from None
     engine = state.engine
     if hotwords and engine.info.hotwords:
         await asyncio.to_thread(engine.prepare_hotwords, hotwords)

@@ -25,8 +25,15 @@ class UnsupportedAudio(ValueError):
     """The upload is not audio this server can decode; the message says what to do."""
 
 
-def decode_upload(data: bytes, filename: str) -> np.ndarray:
-    """The upload as 16 kHz mono int16 samples."""
+class AudioTooLong(ValueError):
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"{seconds:.1f} s of audio")
+        self.seconds = seconds
+
+
+def decode_upload(data: bytes, filename: str, max_seconds: float | None = None) -> np.ndarray:
+    """The upload as 16 kHz mono int16 samples; ``AudioTooLong`` before any resampling work when
+    the file holds more than ``max_seconds``."""
     if data[:4] != b"RIFF" or data[8:12] != b"WAVE":
         kind = _sniff(data)
         raise UnsupportedAudio(
@@ -34,6 +41,8 @@ def decode_upload(data: bytes, filename: str) -> np.ndarray:
             f"any rate and channel count) only. Convert it first, e.g. "
             f"`ffmpeg -i {filename or 'input'} -ar 16000 -ac 1 out.wav`")
     rate, channels, samples = _read_wav(data)
+    if max_seconds is not None and samples.shape[0] / rate > max_seconds:
+        raise AudioTooLong(samples.shape[0] / rate)
     mono = samples.mean(axis=1) if channels > 1 else samples[:, 0]
     resampled = resample(mono, rate, TARGET_RATE)
     return np.clip(np.round(resampled * 32768.0), -32768, 32767).astype(np.int16)
