@@ -131,6 +131,16 @@ async def test_two_turns_and_the_offline_recognize(server) -> None:
     assert result.type is Kind.FINAL_TRANSCRIPT and result.alternatives[0].text == "关车门"
 
 
+async def test_a_filtered_turn_ends_without_a_final(server) -> None:
+    """``wake.mode: required``: speech not addressed to the assistant ends its turn with no transcript."""
+    model = STT(server.url, start_options={"wake": {"phrases": ["ABC"], "mode": "required"}})
+    pcm = tone_pcm("打开车门", tail_ms=2000) + tone_pcm("ABC关窗", tail_ms=1200)
+    events = await stream_events(model, frames_16k(pcm), lambda evs: bool(finals(evs)), pace=0.5)
+    assert finals(events) == ["关窗"]
+    assert [name for name in kinds(events) if name != "INTERIM_TRANSCRIPT"] == \
+        ["START_OF_SPEECH", "END_OF_SPEECH", "START_OF_SPEECH", "FINAL_TRANSCRIPT", "END_OF_SPEECH"]
+
+
 async def test_server_errors_are_emitted_as_stt_errors(server) -> None:
     model = STT(server.url, language="xx")
     errors: list = []

@@ -164,6 +164,16 @@ async def test_two_turns_arrive_as_two_committed_transcriptions(server) -> None:
     assert kinds == ["ProposedUserStartedSpeakingFrame", "TranscriptionFrame", "ProposedUserStoppedSpeakingFrame"] * 2
 
 
+async def test_a_filtered_turn_closes_the_users_turn_without_a_transcription(server) -> None:
+    service = KittSTTService(server.url, start_options={"wake": {"phrases": ["ABC"], "mode": "required"}})
+    pcm = tone_pcm("打开车门", tail_ms=2000) + tone_pcm("ABC关窗", tail_ms=1200)
+    before, *_ = await run_pipeline(service, wav_chunks(wav_bytes(pcm)), lambda rec, _: committed(rec), pace_s=0.005)
+    assert committed(before) == ["关窗"]
+    kinds = [name for name in names(before.frames) if name != "InterimTranscriptionFrame"]
+    assert kinds == ["ProposedUserStartedSpeakingFrame", "ProposedUserStoppedSpeakingFrame",
+                     "ProposedUserStartedSpeakingFrame", "TranscriptionFrame", "ProposedUserStoppedSpeakingFrame"]
+
+
 async def test_a_48khz_stereo_pipeline_is_sent_as_16khz_mono(server) -> None:
     mono = np.frombuffer(tone_pcm("关车窗", tail_ms=1200), "<i2")
     times = np.arange(mono.shape[0] * 3) / 48000
