@@ -155,8 +155,9 @@ async def test_server_errors_are_emitted_as_stt_errors(server) -> None:
 
 
 async def test_keepalive_holds_a_quiet_session_open(tmp_path: Path, model_cache: Path) -> None:
-    with run_server(tmp_path, model_cache, {"server": {"idle_timeout_s": 1.0}}) as strict:
-        model = STT(strict.url, keepalive_s=0.3)
+    # a server that ends quiet sessions after 1 s, and wants its token
+    with run_server(tmp_path, model_cache, {"server": {"idle_timeout_s": 1.0, "auth_token": "k1"}}) as strict:
+        model = STT(strict.url, keepalive_s=0.3, token="k1")
         errors: list = []
         model.on("error", errors.append)
         stream = model.stream()

@@ -194,8 +194,9 @@ async def test_server_errors_become_pipecat_error_frames(server) -> None:
 
 
 async def test_keepalive_holds_a_quiet_session_open(tmp_path: Path, model_cache: Path) -> None:
-    with run_server(tmp_path, model_cache, {"server": {"idle_timeout_s": 1.0}}) as strict:
-        service = KittSTTService(strict.url, keepalive_s=0.3)
+    # a server that ends quiet sessions after 1 s, and wants its token
+    with run_server(tmp_path, model_cache, {"server": {"idle_timeout_s": 1.0, "auth_token": "k1"}}) as strict:
+        service = KittSTTService(strict.url, keepalive_s=0.3, token="k1")
         disconnects: list = []
 
         @service.event_handler("on_disconnected")
