@@ -183,3 +183,31 @@ def test_wav_decoding_formats() -> None:
     for name, data in cases.items():
         decoded = decode_upload(data, f"{name}.wav")
         assert np.abs(decoded.astype(int) - reference.astype(int)).max() <= 1, name
+
+
+async def test_an_abandoned_upload_leaves_nothing_queued() -> None:
+    """A client that disconnects mid-transcription (its request task is cancelled) takes its
+    queued segment decodes with it: they would only delay other uploads."""
+    from kitt_stt.config.schema import VadConfig
+    from kitt_stt.server.file_transcription import transcribe_file
+    from kitt_stt.text import TextStage
+
+    engine = GatedEngine()
+    scheduler = InferenceScheduler(engine, workers=1, max_batch=1)
+    scheduler.start()
+    try:
+        blocker = await block_worker(scheduler, engine)
+        samples = np.frombuffer(tone_pcm("打开", tail_ms=600) * 4, "<i2")  # four segments
+        task = asyncio.create_task(transcribe_file(samples, scheduler, VadConfig(silence_ms=300), TextStage(), "zh",
+                                                   True, (), False))
+        while scheduler.queue_depth < 4:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert scheduler.queue_depth == 0
+        engine.gate.set()
+        await blocker
+    finally:
+        scheduler.stop()
+    assert [batch[0] for batch in engine.batches] == ["blocker"]

@@ -102,7 +102,11 @@ async def transcribe_file(samples: np.ndarray, scheduler: InferenceScheduler, va
     options = DecodeOptions(language=language, use_itn=use_itn, hotwords=hotwords)
     owner = ("file", uuid.uuid4().hex)  # its own lane in the FILE round-robin
     futures = [scheduler.submit(AsrRequest(piece.samples, options), Priority.FILE, owner) for piece in pieces]
-    outcomes = await asyncio.gather(*futures)
+    try:
+        outcomes = await asyncio.gather(*futures)
+    except BaseException:  # the client went away, or a decode failed: drop what is still queued
+        scheduler.cancel_owner(owner)
+        raise
     segments: list[Segment] = []
     reported: str | None = None
     for piece, outcome in zip(pieces, outcomes, strict=True):
