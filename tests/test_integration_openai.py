@@ -186,8 +186,8 @@ def test_wav_decoding_formats() -> None:
 
 
 async def test_an_abandoned_upload_leaves_nothing_queued() -> None:
-    """A client that disconnects mid-transcription (its request task is cancelled) takes its
-    queued segment decodes with it: they would only delay other uploads."""
+    """A transcription whose task is cancelled (or whose decode failed) takes its queued segment
+    decodes with it: nobody waits for them, and they would only delay other uploads."""
     from kitt_stt.config.schema import VadConfig
     from kitt_stt.server.file_transcription import transcribe_file
     from kitt_stt.text import TextStage

@@ -104,7 +104,7 @@ async def transcribe_file(samples: np.ndarray, scheduler: InferenceScheduler, va
     futures = [scheduler.submit(AsrRequest(piece.samples, options), Priority.FILE, owner) for piece in pieces]
     try:
         outcomes = await asyncio.gather(*futures)
-    except BaseException:  # the client went away, or a decode failed: drop what is still queued
+    except BaseException:  # the request was cancelled, or a decode failed: drop what is still queued
         scheduler.cancel_owner(owner)
         raise
     segments: list[Segment] = []
