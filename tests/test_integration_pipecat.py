@@ -234,7 +234,7 @@ async def test_reconnect_after_a_server_restart_replays_the_turn(tmp_path: Path,
     holder: dict = {}
     with run_server(tmp_path, model_cache, port=port) as first:
         holder["server"] = first
-        service = KittSTTService(first.url)  # the default backoff: 0.5 s doubling to 8 s, 6 attempts
+        service = KittSTTService(first.url)  # the default backoff: 6 attempts, waits capped at 8 s
 
         async def restart_mid_utterance(index: int) -> None:
             if index == 80 and "restarted" not in holder:  # 0.8 s in: in the middle of 打开车门
