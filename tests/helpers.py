@@ -132,12 +132,13 @@ class RunningServer:
 
 @contextmanager
 def run_server(tmp_path: Path, cache_dir: Path, overrides: dict[str, Any] | None = None,
-               module: str = "kitt_stt") -> Iterator[RunningServer]:
-    """Start ``kitt-stt serve`` as a real process on a free port; wait until /readyz says ready.
-    ``module``: what ``python -m`` runs (a test wrapper around the CLI, such as tests.slow_decode_server)."""
+               module: str = "kitt_stt", port: int | None = None) -> Iterator[RunningServer]:
+    """Start ``kitt-stt serve`` as a real process on a free port (or ``port``: a restart on the same
+    address); wait until /readyz says ready. ``module``: what ``python -m`` runs (a test wrapper
+    around the CLI, such as tests.slow_decode_server)."""
     config = deep_merge(TEST_CONFIG, {"models": {"cache_dir": str(cache_dir)}})
     config = deep_merge(config, overrides or {})
-    port = free_port()
+    port = port or free_port()
     config_path = tmp_path / f"server-{port}.yaml"
     config_path.write_text(yaml.safe_dump(config))
     log_path = tmp_path / f"server-{port}.log"
