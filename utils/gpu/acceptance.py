@@ -130,6 +130,8 @@ def child_env(ctx: Context) -> dict[str, str]:
     env["LD_LIBRARY_PATH"] = ":".join(dict.fromkeys(libraries))
     if ctx.args.offline:
         env["PIP_NO_INDEX"] = "1"
+    for name in ("NO_PROXY", "no_proxy"):  # the arms' clients talk to loopback servers, never via a proxy
+        env[name] = ",".join(filter(None, [env.get(name), "127.0.0.1", "localhost"]))
     return env
 
 

@@ -48,6 +48,7 @@ def install_offline(python: str, repo: Path, wheels: Path, target: Path, log: Pa
     """Install what is pending; return a one-line result, raise RuntimeError naming what failed."""
     pending = pending_wheels(wheels, target)
     started = time.monotonic()
+    log.parent.mkdir(parents=True, exist_ok=True)
     if pending:
         target.mkdir(parents=True, exist_ok=True)
         command = install_command(python, wheels, target, pending)

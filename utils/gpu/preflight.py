@@ -142,7 +142,7 @@ def onnxruntime_gpu(plan: Plan, report: Report) -> int | None:
             report.add(False, "onnxruntime-gpu", f"{staged[-1].path.name} is not a readable wheel ({exc}): "
                                                  "run `stage join` on the folder")
             return None
-        where = f"{staged[-1].path.name} (wheel folder)"
+        where = f"{staged[-1].path.name} in {plan.wheels}"
         has_trt = "onnxruntime/capi/libonnxruntime_providers_tensorrt.so" in zipfile.ZipFile(staged[-1].path).namelist()
     elif package and cuda:
         where = f"{package} in {folder}"
