@@ -30,7 +30,8 @@ def write_wheel(path: Path, name: str, version: str, members: dict[str, bytes], 
     metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(
         f"Requires-Dist: {item}\n" for item in requires)
     files = {**members, f"{dist_info}/METADATA": metadata.encode(),
-             f"{dist_info}/WHEEL": f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: {tag}\n".encode()}
+             f"{dist_info}/WHEEL": f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: {tag}\n"
+             .encode()}
     record = [_record_line(member, data) for member, data in files.items()] + [f"{dist_info}/RECORD,,"]
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as wheel:
         for member, data in files.items():

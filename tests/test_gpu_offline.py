@@ -60,7 +60,7 @@ def test_split_and_join_round_trip_with_checks(tmp_path: Path) -> None:
     (copy / "small-1.0-py3-none-any.whl").write_bytes(b"SMALL")
     shutil.rmtree(copy / "models")
     (copy / "big-1.0-py3-none-any.whl.parts.json").unlink()
-    with pytest.raises(StageError, match="small-1.0-py3-none-any.whl: sha256 differs") as error:
+    with pytest.raises(StageError, match=r"small-1\.0-py3-none-any\.whl: sha256 differs") as error:
         stage.join(copy)
     assert "models/carrier.whl is missing" in str(error.value)
 

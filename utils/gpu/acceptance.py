@@ -48,6 +48,11 @@ from utils.gpu.summary import write_table  # noqa: E402
 
 PROVIDERS = ("cpu", "cuda", "tensorrt")
 BUDGET_S = 480
+#: Wall time of one round beyond its audio: 2 s pre-roll, start sync, the commit after the final
+#: (TurnSense, else asr's 1.5 s silence fallback); measured 3.2 s here on the tone model.
+ROUND_OVERHEAD_S = 3.5
+SERVER_START_S = 60  # model load and warm-up until /readyz (a TensorRT EP-context load: ~10 s)
+PLAN_SLACK = 1.2
 
 
 @dataclass
@@ -226,7 +231,8 @@ def step_preflight(ctx: Context, limit: float) -> str:
         raise Missing(f"{len(ctx.report.missing)} missing (listed above): "
                       + ", ".join(item.split(":")[0] for item in ctx.report.missing))
     trt = "TensorRT: yes" if ctx.report.tensorrt else ctx.report.facts.get("TensorRT", "")
-    return f"nothing missing in {ctx.report.seconds:.1f} s" + (f" ({trt})" if ctx.gpu_providers() or "tensorrt" in ctx.providers else "")
+    gpu = ctx.gpu_providers() or "tensorrt" in ctx.providers
+    return f"nothing missing in {ctx.report.seconds:.1f} s" + (f" ({trt})" if gpu else "")
 
 
 def step_install(ctx: Context, limit: float) -> str:
@@ -261,6 +267,13 @@ def step_models(ctx: Context, limit: float) -> str:
     record.append(ctx.out, "model", path=str(ctx.model), name=ctx.model.name, model_onnx_mb=round(size, 1),
                   turnsense=str(ctx.turnsense))
     return "; ".join([*done, f"latency model {ctx.model} ({size:.0f} MB model.onnx)"])
+
+
+def arm_seconds(ctx: Context, seats: list[int], lengths: list[float], arms_in_a_row: int = 1) -> float:
+    """How long an arm step should take: its rounds in real time, warm-ups, the server start."""
+    rounds = len(seats) * sum(ctx.args.rounds * (length + ROUND_OVERHEAD_S) for length in lengths)
+    warmups = len(seats) * ctx.args.warmup * (min(lengths) + ROUND_OVERHEAD_S)
+    return arms_in_a_row * (SERVER_START_S + PLAN_SLACK * (rounds + warmups))
 
 
 def step_ab(ctx: Context, limit: float) -> str:
@@ -310,8 +323,9 @@ def step_trt_build(ctx: Context, limit: float) -> str:
     context = probe(ctx, "tensorrt", "ctx", deadline - time.monotonic())
     record.append(ctx.out, "trt", stage="EP-context load", seconds=context["create_s"])
     ctx.built_trt = True
-    return (f"cold build {cold:.1f} s; cache-warm {warm['create_s']:.1f} s "
-            f"({'engine reused' if warm['engines_reused'] else 'engine NOT reused'}); EP-context {context['create_s']:.1f} s")
+    reused = "engine reused" if warm["engines_reused"] else "engine NOT reused"
+    return (f"cold build {cold:.1f} s; cache-warm {warm['create_s']:.1f} s ({reused}); "
+            f"EP-context {context['create_s']:.1f} s")
 
 
 def step_trt(ctx: Context, limit: float) -> str:
@@ -370,13 +384,19 @@ STEPS = (
     Step("preflight", "what this host lacks, by name", 10, step_preflight, fatal=True),
     Step("install", "the wheel folder into the private target (--no-index)", 120, step_install, fatal=True,
          skip_reason=lambda ctx: "" if ctx.args.wheels else "no --wheels folder"),
-    Step("models", "TurnSense and the latency model", 150, step_models, fatal=True),
-    Step("ab", "CPU vs CUDA arms, production settings", 330, step_ab),
+    Step("models", "TurnSense and the latency model", 240, step_models, fatal=True),
+    Step("ab", "CPU vs CUDA arms, production settings", 330, step_ab,
+         planned_s=lambda ctx: arm_seconds(ctx, [ctx.args.seats], ctx.args.lengths,
+                                           2 if ctx.args.sequential and ctx.gpu_providers() else 1)),
     Step("placement", "CUDA session providers and profile placement", 45, step_placement, skip_reason=no_gpu),
     Step("trt-build", "TensorRT cold build, cache-warm and EP-context loads", 150, step_trt_build, skip_reason=no_trt),
-    Step("trt", "TensorRT arm, same cells", 330, step_trt, skip_reason=trt_not_built),
-    Step("scale", "GPU arms at more seats", 300, step_scale, skip_reason=no_gpu),
     Step("agreement", "token sequences of every provider vs the CPU", 120, step_agreement, skip_reason=only_cpu),
+    Step("trt", "TensorRT arm, same cells", 330, step_trt, skip_reason=trt_not_built,
+         planned_s=lambda ctx: arm_seconds(ctx, [ctx.args.seats], ctx.args.lengths)),
+    Step("scale", "GPU arms at more seats", 300, step_scale, skip_reason=lambda ctx: no_gpu(ctx) or (
+        "" if ctx.args.scale_seats else "no --scale-seats"),
+         planned_s=lambda ctx: arm_seconds(ctx, ctx.args.scale_seats, ctx.args.scale_lengths,
+                                           len([p for p in ctx.gpu_providers() if p != "tensorrt" or ctx.built_trt]))),
 )
 
 
@@ -408,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
         record.append(out, "step", number=result.number, step=result.step.name, status=result.status,
                       seconds=round(result.seconds, 1), budget_s=result.step.budget_s, detail=result.detail)
 
-    results, status = run_steps(STEPS, ctx, args.budget_s, sys.stdout, on_result)
+    _, status = run_steps(STEPS, ctx, args.budget_s, sys.stdout, on_result)
     table = write_table(out)
     print("\n" + table)
     verdict = "passed" if status == EXIT_OK else "FAILED" if status == 1 else "stopped: missing prerequisites"

@@ -89,7 +89,8 @@ def compare(reference: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
     cer = errors / characters if characters else float(errors > 0)
     minimum, maximum = TOLERANCE.get(provider, (1.0, 0.0))
     return {"provider": provider, "reference": reference["provider"], "clips": len(names), "exact": exact,
-            "exact_rate": round(match_rate, 3), "cer": round(cer, 4), "tolerance": {"exact_rate": minimum, "cer": maximum},
+            "exact_rate": round(match_rate, 3), "cer": round(cer, 4),
+            "tolerance": {"exact_rate": minimum, "cer": maximum},
             "within_tolerance": match_rate >= minimum and cer <= maximum,
             "differs": [n for n in names if reference["clips"][n]["tokens"] != other["clips"][n]["tokens"]][:5]}
 

@@ -73,7 +73,7 @@ def run_arm(args: argparse.Namespace) -> int:
         ready_s = time.monotonic() - started
         at_ready = memory(server.process.pid)
         common = {"step": args.step, "provider": args.provider, "model": args.model.name}
-        for seats, (connections, per) in layouts.items():
+        for connections, per in layouts.values():
             if args.warmup:
                 asyncio.run(run_workload(server.url, per, connections, [min(args.lengths)], 0, args.warmup, PHRASE,
                                          None, PAUSE_MS, progress=False))

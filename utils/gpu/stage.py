@@ -21,6 +21,7 @@ import argparse
 import hashlib
 import json
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -45,7 +46,7 @@ SUMS = "SHA256SUMS"
 PARTS_SUFFIX = ".parts.json"
 TURNSENSE_CARRIER = "pipecat-ai==1.14.0"  # kitt_stt/turnsense/fetch.py's PACKAGE: the model ships in it
 NVIDIA_INDEX = "https://pypi.nvidia.com"
-MAX_CUDA_RETRIES = 6
+MAX_CUDA_RETRIES = 12
 
 
 class StageError(Exception):
@@ -130,6 +131,14 @@ def download_exact(pins: list[str], out: Path, python: str, machine: str, index:
         raise StageError(f"pip download failed for {' '.join(pins)}:\n{result.stderr.strip()[-1500:]}")
 
 
+def extras_cuda_major(requires: list[str]) -> int | None:
+    """The CUDA major the extras' NVIDIA wheels are named for (``nvidia-cudnn-cu13``, ``-cu12``),
+    or None when their names do not say; only a hint to skip a download, never the verdict."""
+    majors = {int(match.group(1)) for text in requires if "extra" in text
+              for match in [re.search(r"^nvidia-[a-z0-9-]+?-cu(\d+)\b", text)] if match}
+    return majors.pop() if len(majors) == 1 else None
+
+
 def host_has_cuda_libraries(host: dict[str, Any], major: int) -> bool:
     return all(need.soname in host.get("libraries", {}) for need in cuda_libraries(major))
 
@@ -139,26 +148,32 @@ def download(python: str, cuda: int, out: Path, host: dict[str, Any] | None, mac
     out.mkdir(parents=True, exist_ok=True)
     have: dict[str, str] = dict((host or {}).get("distributions", {}))
     extras = "" if host and host_has_cuda_libraries(host, cuda) else "[cuda,cudnn]"
-    excluded: list[str] = []
+    excluded: list[str] = []  # onnxruntime-gpu versions built for another CUDA, newest first
     for _ in range(MAX_CUDA_RETRIES):
-        gpu_root = "onnxruntime-gpu" + extras + ",".join(f"!={version}" for version in excluded)
+        gpu_root = f"onnxruntime-gpu{extras}" + (f"<{excluded[-1]}" if excluded else "")
         roots = [*project_requirements(REPO), gpu_root]
         items = resolve(roots, python, machine)
         chosen = needed(items, roots, have, python)
         ort = next(item for item in items if canonical(item["metadata"]["name"]) == "onnxruntime-gpu")
         version = ort["metadata"]["version"]
+        hint = extras_cuda_major(ort["metadata"].get("requires_dist") or [])
+        if hint is not None and hint != cuda:  # its [cuda] extra names another CUDA's wheels: skip the download
+            print(f"stage: onnxruntime-gpu {version}'s [cuda] extra wants CUDA {hint} wheels; trying older",
+                  file=sys.stderr)
+            excluded.append(version)
+            continue
         download_exact([f"onnxruntime-gpu=={version}"], out, python, machine)
         wheel = next(out.glob(f"onnxruntime_gpu-{version}-*.whl"))
         built_for = wheel_cuda_version(wheel)
         if built_for and int(built_for.split(".")[0]) == cuda:
             break
         print(f"stage: onnxruntime-gpu {version} is built for CUDA {built_for} (read from {wheel.name}); "
-              f"excluding it", file=sys.stderr)
+              "trying older", file=sys.stderr)
         wheel.unlink()
         excluded.append(version)
     else:
         raise StageError(f"no onnxruntime-gpu for Python {python} built for CUDA {cuda} in the newest "
-                         f"{MAX_CUDA_RETRIES} releases (excluded {', '.join(excluded)})")
+                         f"{MAX_CUDA_RETRIES} releases (passed over {', '.join(excluded)})")
     pins = [f"{item['metadata']['name']}=={item['metadata']['version']}" for item in chosen
             if canonical(item["metadata"]["name"]) != "onnxruntime-gpu"]
     if pins:
@@ -171,7 +186,10 @@ def download(python: str, cuda: int, out: Path, host: dict[str, Any] | None, mac
                     "--ignore-requires-python", "--quiet", "--dest", str(models), TURNSENSE_CARRIER],
                    check=True, timeout=900)
     manifest = {"python": python, "cuda": cuda, "machine": machine, "onnxruntime_gpu": version,
-                "onnxruntime_gpu_cuda": built_for, "skipped_host_has": sorted(have), "files": write_sums(out)}
+                "onnxruntime_gpu_cuda": built_for, "onnxruntime_gpu_passed_over": excluded,
+                "host_has": sorted({canonical(i["metadata"]["name"]) for i in items} - {canonical(i["metadata"]["name"])
+                                                                                       for i in chosen}),
+                "files": write_sums(out)}
     (out / "stage.json").write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
 

@@ -39,6 +39,10 @@ class Step:
     run: Callable[[Any, float], str]  # (context, seconds it may take) -> one-line result; raises StepFailed
     fatal: bool = False
     skip_reason: Callable[[Any], str] = lambda ctx: ""  # "" to run; otherwise why it does not apply
+    planned_s: Callable[[Any], float] | None = None  # the limit from the step's own plan (arms: its cells)
+
+    def limit_s(self, context: Any) -> float:
+        return self.planned_s(context) if self.planned_s else self.budget_s
 
 
 @dataclass(frozen=True)
@@ -70,7 +74,7 @@ def run_steps(steps: Sequence[Step], context: Any, total_s: float, out: TextIO,
             print(f"{label}: skipped ({reason})", file=out, flush=True)
             finish(StepResult(number, step, "skipped", detail=reason))
             continue
-        limit = min(step.budget_s, left)
+        limit = min(step.limit_s(context), left)
         print(f"{label}: {step.title} (limit {limit:.0f} s) ...", file=out, flush=True)
         begun = time.monotonic()
         try:

@@ -46,6 +46,11 @@ def ratio(slow: dict[str, Any] | None, fast: dict[str, Any] | None) -> str:
     return f"{slow['p50'] / fast['p50']:.2f}x"
 
 
+def counted(cell: dict[str, Any], field: str) -> str:
+    missing = f", {cell['missing']} missing" if cell["missing"] else ""
+    return f"{pair(cell[field])} (n={cell[field]['n']}{missing})"
+
+
 def cells_by_key(lines: list[dict[str, Any]]) -> dict[tuple[int, float], dict[str, dict[str, Any]]]:
     """(seats, length) -> provider -> the cell (a later step's cell for the same key wins)."""
     found: dict[tuple[int, float], dict[str, dict[str, Any]]] = {}
@@ -74,13 +79,17 @@ def latency_section(cells: dict[tuple[int, float], dict[str, dict[str, Any]]], f
     for (seats, length), by in cells.items():
         first = next(iter(by.values()))
         row = [str(seats), f"{length:g} s", f"{first['connections']}"]
-        row += [pair(by[p][field]) + f" (n={by[p][field]['n']}{', ' + str(by[p]['missing']) + ' missing' if by[p]['missing'] else ''})"
-                if p in by else "-" for p in PROVIDERS]
+        row += [counted(by[p], field) if p in by else "-" for p in PROVIDERS]
         row += [ratio(by.get("cpu", {}).get(field), by.get("cuda", {}).get(field)),
                 ratio(by.get("cuda", {}).get(field), by.get("tensorrt", {}).get(field))]
         rows.append(row)
     return table(["seats", "length", "connections", "cpu p50 / p95 ms", "cuda p50 / p95 ms", "tensorrt p50 / p95 ms",
                   "cpu / cuda (p50)", "cuda / tensorrt (p50)"], rows)
+
+
+def arms_note(cells: dict[tuple[int, float], dict[str, dict[str, Any]]], run: dict[str, Any]) -> str:
+    side_by_side = run.get("parallel") and any(len(by) > 1 and "cpu" in by for by in cells.values())
+    return "CPU and CUDA side by side on disjoint CPU cores" if side_by_side else "one provider at a time"
 
 
 def build(lines: list[dict[str, Any]]) -> str:
@@ -102,8 +111,7 @@ def build(lines: list[dict[str, Any]]) -> str:
             f"- workload: {run.get('rounds', '?')} rounds per cell after {run.get('warmup', '?')} warm-up round(s) "
             "(not counted); seats split over several connections; real-time 20 ms frames; latency = client "
             "`vad stop` -> last final",
-            f"- arms: {'CPU and CUDA side by side on disjoint CPU cores' if run.get('parallel') else 'one after another'}"
-            "", "", "## 3 · Final latency (client), p50 / p95 ms", ""]
+            f"- arms: {arms_note(cells, run)}", "", "## 3 · Final latency (client), p50 / p95 ms", ""]
     out += latency_section(cells, "final_ms") if cells else ["no cells"]
     out += ["", "### 3.1 Server latency (the final's server_latency_ms), p50 / p95 ms", ""]
     out += latency_section(cells, "server_ms") if cells else ["no cells"]
@@ -130,7 +138,8 @@ def build(lines: list[dict[str, Any]]) -> str:
     agreement = [line for line in lines if line["kind"] == "agreement"]
     out += ["", "## 7 · Agreement with the CPU (same audio, same engine)", ""]
     out += table(["provider", "model", "clips", "token sequences equal", "CER", "tolerance", "verdict"],
-                 [[a["provider"], a["model"], str(a["clips"]), f"{a['exact']} ({a['exact_rate']:.0%})", f"{a['cer']:.2%}",
+                 [[a["provider"], a["model"], str(a["clips"]), f"{a['exact']} ({a['exact_rate']:.0%})",
+                   f"{a['cer']:.2%}",
                    f">= {a['tolerance']['exact_rate']:.0%} equal, CER <= {a['tolerance']['cer']:.0%}",
                    "within" if a["within_tolerance"] else "OUTSIDE"] for a in agreement]) if agreement else \
         ["not measured (only the CPU ran, or the step did not run)"]
