@@ -229,7 +229,7 @@ def cell(provider: str, seats: int, length: float, p50: float) -> dict:
 def test_the_summary_is_built_from_whatever_a_cut_run_left(tmp_path: Path) -> None:
     record.append(tmp_path, "run", rounds=5, warmup=1, seats=4, parallel=True, host={"python": "3.12.3", "cpus": 16,
                                                                                       "gpus": ["NVIDIA H200"]})
-    record.append(tmp_path, "step", number=1, step="preflight", status="passed", seconds=0.4, budget_s=10, detail="ok")
+    record.append(tmp_path, "step", number=1, step="preflight", status="passed", seconds=0.4, limit_s=10, detail="ok")
     for provider, p50 in (("cpu", 400.0), ("cuda", 50.0)):
         record.append(tmp_path, **cell(provider, 4, 3.0, p50))
     record.append(tmp_path, **cell("cpu", 4, 15.0, 900.0))

@@ -426,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def on_result(result: StepResult) -> None:
         record.append(out, "step", number=result.number, step=result.step.name, status=result.status,
-                      seconds=round(result.seconds, 1), budget_s=result.step.budget_s, detail=result.detail)
+                      seconds=round(result.seconds, 1), limit_s=round(result.limit_s), detail=result.detail)
 
     _, status = run_steps(STEPS, ctx, args.budget_s, sys.stdout, on_result)
     table = write_table(out)

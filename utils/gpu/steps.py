@@ -52,6 +52,7 @@ class StepResult:
     status: str  # passed | FAILED | skipped | not run
     seconds: float = 0.0
     detail: str = ""
+    limit_s: float = 0.0  # the limit it ran under (0: it did not run)
 
 
 def run_steps(steps: Sequence[Step], context: Any, total_s: float, out: TextIO,
@@ -82,7 +83,7 @@ def run_steps(steps: Sequence[Step], context: Any, total_s: float, out: TextIO,
         except StepFailed as exc:
             seconds = time.monotonic() - begun
             print(f"  FAILED ({seconds:.1f} s): {exc}", file=out, flush=True)
-            finish(StepResult(number, step, "FAILED", seconds, str(exc)))
+            finish(StepResult(number, step, "FAILED", seconds, str(exc), limit))
             status = max(status, exc.exit_code) if status != EXIT_MISSING else status
             if step.fatal:
                 print(f"acceptance: stopping: {step.name} is needed by every later step", file=out, flush=True)
@@ -92,5 +93,5 @@ def run_steps(steps: Sequence[Step], context: Any, total_s: float, out: TextIO,
             continue
         seconds = time.monotonic() - begun
         print(f"  passed ({seconds:.1f} s): {detail}", file=out, flush=True)
-        finish(StepResult(number, step, "passed", seconds, detail))
+        finish(StepResult(number, step, "passed", seconds, detail, limit))
     return results, status

@@ -146,7 +146,7 @@ def build(lines: list[dict[str, Any]]) -> str:
     steps = [line for line in lines if line["kind"] == "step"]
     out += ["", "## 8 · Steps", ""]
     out += table(["#", "step", "status", "seconds", "limit", "detail"],
-                 [[str(s["number"]), s["step"], s["status"], f"{s['seconds']:.0f}", f"{s['budget_s']:.0f}",
+                 [[str(s["number"]), s["step"], s["status"], f"{s['seconds']:.0f}", f"{s['limit_s']:.0f}",
                    s["detail"].replace("\n", " ")[:160]] for s in steps])
     ran = {s["step"] for s in steps}
     if run and "agreement" not in ran:
