@@ -186,6 +186,10 @@ def test_provider_placement_from_a_profile() -> None:
     assert placement_problem(trt_run, trt) == "" and "Tensorrt 1 nodes" in trt_run.describe()
     assert placement_problem(trt_run, cuda).startswith("no node ran on CUDAExecutionProvider")
     assert "no node events" in placement_problem(Placement(), cuda)
+    encoder = summarize([node("/encoder/encoders.0/self_attn/MatMul", "MatMul", cuda, 50),
+                         node("/encoder/encoders.0/norm1/LayerNormalization", "LayerNormalization", cpu, 5)])
+    assert encoder.encoder == {cuda: 1, cpu: 1} and "encoder nodes: CPU 1, CUDA 1" in encoder.describe()
+    assert placement_problem(encoder, cuda).startswith("encoder nodes ran on the CPU")
 
 
 def test_placement_reads_a_real_onnxruntime_profile(tmp_path: Path, tone_dir: Path) -> None:

