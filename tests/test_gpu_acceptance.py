@@ -281,3 +281,23 @@ def test_the_run_configuration_is_config_k8s_with_only_the_host_parts_changed(tm
     assert config.turn.model == str(tmp_path / "ts") and production.turn.model == "turnsense"
     assert config.vad == production.vad and config.server.rate_limit == production.server.rate_limit
     assert config.asr.provider.value == "cuda" and config.server.host == "127.0.0.1"
+
+
+def test_agreement_decodes_the_clips_with_the_service_engine(tmp_path: Path, tone_dir: Path) -> None:
+    """The decode half on the CPU (the GPU providers run the same code): the tone clips come back as
+    the tone phrase, alone and batched, and a provider compared with itself agrees exactly."""
+    from utils.gpu.server import run_config
+
+    config = tmp_path / "cpu.yaml"
+    config.write_text(json.dumps(run_config(tone_dir, "cpu", tmp_path / "trt", None, tmp_path / "m", 8)))
+    out = tmp_path / "cpu.json"
+    result = subprocess.run([sys.executable, "-m", "utils.gpu.agreement", "decode", "--provider", "cpu", "--model",
+                             str(tone_dir), "--config", str(config), "--out", str(out)], capture_output=True, text=True,
+                            cwd=REPO, timeout=120)
+    assert result.returncode == 0, result.stderr
+    decoded = json.loads(out.read_text())
+    clips = decoded["clips"]
+    assert len(clips) == 10 and clips["tone 3 s"]["text"] == "打开车门" * 2
+    assert clips["tone 15 s (batch)"]["tokens"] == clips["tone 15 s"]["tokens"] != []
+    same = compare(decoded, {**decoded, "provider": "cuda"})
+    assert (same["exact"], same["cer"], same["within_tolerance"]) == (10, 0.0, True)

@@ -157,8 +157,8 @@ def download(python: str, cuda: int, out: Path, host: dict[str, Any] | None, mac
         ort = next(item for item in items if canonical(item["metadata"]["name"]) == "onnxruntime-gpu")
         version = ort["metadata"]["version"]
         hint = extras_cuda_major(ort["metadata"].get("requires_dist") or [])
-        if hint is not None and hint != cuda:  # its [cuda] extra names another CUDA's wheels: skip the download
-            print(f"stage: onnxruntime-gpu {version}'s [cuda] extra wants CUDA {hint} wheels; trying older",
+        if hint is not None and hint != cuda:  # its extras name another CUDA's wheels: skip the download
+            print(f"stage: onnxruntime-gpu {version}'s extras name CUDA {hint} wheels; trying older",
                   file=sys.stderr)
             excluded.append(version)
             continue
