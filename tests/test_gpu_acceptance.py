@@ -301,3 +301,32 @@ def test_agreement_decodes_the_clips_with_the_service_engine(tmp_path: Path, ton
     assert clips["tone 15 s (batch)"]["tokens"] == clips["tone 15 s"]["tokens"] != []
     same = compare(decoded, {**decoded, "provider": "cuda"})
     assert (same["exact"], same["cer"], same["within_tolerance"]) == (10, 0.0, True)
+
+
+def test_which_steps_apply_to_which_providers(tmp_path: Path) -> None:
+    from utils.gpu import acceptance
+
+    def context(argv: list[str], tensorrt_found: bool) -> acceptance.Context:
+        args = acceptance.parse_args(["--out", str(tmp_path), *argv])
+        providers = args.providers.split(",") if args.providers else list(acceptance.PROVIDERS)
+        ctx = acceptance.Context(args, tmp_path, providers, bool(args.providers) and "tensorrt" in providers)
+        ctx.report.tensorrt = tensorrt_found
+        ctx.report.facts["TensorRT"] = "not measured: libnvinfer.so.10 not found"
+        return ctx
+
+    default = context([], tensorrt_found=False)  # tensorrt where present: here it is not
+    assert default.gpu_providers() == ["cuda"] and acceptance.no_gpu(default) == ""
+    assert acceptance.no_trt(default) == "not measured: libnvinfer.so.10 not found"
+    assert context([], tensorrt_found=True).gpu_providers() == ["cuda", "tensorrt"]
+    asked = context(["--providers", "cpu,tensorrt"], tensorrt_found=False)  # asked for: its absence is the preflight's
+    assert asked.gpu_providers() == ["tensorrt"] and acceptance.no_trt(asked) == ""
+    assert acceptance.trt_not_built(asked) == "trt-build did not pass"
+    cpu = context(["--providers", "cpu"], tensorrt_found=False)
+    assert acceptance.no_gpu(cpu) and acceptance.only_cpu(cpu)
+    assert acceptance.no_trt(cpu) == "tensorrt not in --providers"
+    # the A/B's limit is its plan in real time: 5 rounds of 3 + 15 + 30 s, a warm-up, the server start, slack
+    plan = acceptance.arm_seconds(default, [4], [3.0, 15.0, 30.0])
+    assert plan == pytest.approx(60 + 1.2 * (5 * (48 + 3 * 3.5) + (3 + 3.5)))
+    with pytest.raises(SystemExit):
+        acceptance.parse_args(["--out", str(tmp_path), "--providers", "cpu,rocm"])
+    assert acceptance.core_split(1) == [None]
