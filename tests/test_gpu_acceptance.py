@@ -92,10 +92,13 @@ def test_preflight_reports_unreadable_or_foreign_wheels(tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     (wheels / "onnxruntime_gpu-1.31.1-cp312-cp312-manylinux_2_28_x86_64.whl").write_bytes(b"half a copy")
+    (wheels / "nvidia_cudnn_cu13-9.28.1.4-py3-none-manylinux_2_27_x86_64.whl.parts.json").write_text("{}")
     report = run_preflight(Plan(["cuda"], False, wheels, tmp_path / "site", tmp_path / "work", None, None,
                                 build_bench=False))
     missing = "\n".join(report.missing)
     assert "is not a readable wheel" in missing and "stage join" in missing
+    pieces = "nvidia_cudnn_cu13-9.28.1.4-py3-none-manylinux_2_27_x86_64.whl.parts.json"
+    assert f"1 files still in pieces ({pieces}, ...): run `python -m utils.gpu.stage join {wheels}`" in missing
     if sys.version_info[:2] != (3, 12):
         assert "wheels for another Python than" in missing and "--python" in missing
 
@@ -240,7 +243,7 @@ def test_the_summary_is_built_from_whatever_a_cut_run_left(tmp_path: Path) -> No
     with (tmp_path / record.RESULTS).open("a") as handle:
         handle.write('{"kind": "cell", "provider": "cuda", "seats": 4, "len')  # the cut came mid-line
     table = build(record.read(tmp_path))
-    assert "- 4 seats x 3 s: CPU p50 400 ms; cuda 50 ms (8.00x faster than the CPU)" in table
+    assert "- 4 seats x 3 s: CPU p50 400 ms; cuda 50 ms (CPU / cuda: 8.00x)" in table
     assert "| 4 | 3 s | 2 | 400 / 600 (n=20) | 50 / 75 (n=20) | - | 8.00x | - |" in table
     assert "| 4 | 15 s | 2 | 900 / 1350 (n=20) | - | - | - | - |" in table
     assert "| cuda | 4 | 3 s | 800 | 900 | 1500 |" in table

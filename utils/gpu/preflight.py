@@ -117,6 +117,10 @@ def check_packages(plan: Plan, report: Report) -> None:
     staged = {wheel.name: wheel.version for wheel in wheels_in(plan.wheels)} if plan.wheels else {}
     major, minor = sys.version_info[:2]
     if plan.wheels:
+        split = sorted(path.name for path in plan.wheels.rglob("*.parts.json"))
+        if split:
+            report.add(False, f"wheel folder {plan.wheels}", f"{len(split)} files still in pieces ({split[0]}, ...): "
+                       f"run `python -m utils.gpu.stage join {plan.wheels}`")
         foreign = [wheel.path.name for wheel in wheels_in(plan.wheels)
                    if not python_tag_fits(wheel.python_tag, wheel.path.name.split("-")[-2], major, minor)]
         report.add(not foreign, f"wheel folder {plan.wheels}",

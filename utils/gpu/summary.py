@@ -69,7 +69,7 @@ def conclusion(cells: dict[tuple[int, float], dict[str, dict[str, Any]]], seats:
         for provider in ("cuda", "tensorrt"):
             if provider in by:
                 parts.append(f"{provider} {ms(by[provider]['final_ms']['p50'])} ms "
-                             f"({ratio(by['cpu']['final_ms'], by[provider]['final_ms'])} faster than the CPU)")
+                             f"(CPU / {provider}: {ratio(by['cpu']['final_ms'], by[provider]['final_ms'])})")
         out.append(f"- {seats} seats x {length:g} s: " + "; ".join(parts))
     return out or ["- no A/B cell finished yet"]
 
