@@ -290,17 +290,19 @@ def write_run_config(ctx: Context, provider: str) -> Path:
 
 
 def probe(ctx: Context, provider: str, mode: str, limit: float) -> dict[str, Any]:
+    """One session in its own process; its placement is recorded even when it is wrong (exit 1)."""
     config = write_run_config(ctx, provider)
-    text = run_once(ctx, f"probe-{provider}-{mode}", [ctx.python(), str(REPO / "utils" / "gpu" / "session_probe.py"),
-                                                       "--config", str(config), "--model", str(ctx.model),
-                                                       "--provider", provider, "--mode", mode], limit)
-    lines = [line for line in text.splitlines() if line.startswith("{")]
+    child = run_child(ctx, f"probe-{provider}-{mode}", [ctx.python(), str(REPO / "utils" / "gpu" / "session_probe.py"),
+                                                         "--config", str(config), "--model", str(ctx.model),
+                                                         "--provider", provider, "--mode", mode], limit)
+    problems = wait_all([child])
+    lines = [line for line in child.log.read_text(errors="replace").splitlines() if line.startswith("{")]
     if not lines:
-        raise StepFailed(f"session probe ({provider}, {mode}) printed no result")
+        raise StepFailed(f"session probe ({provider}, {mode}) printed no result: " + "; ".join(problems))
     result: dict[str, Any] = json.loads(lines[-1])
     record.append(ctx.out, "placement", **result)
-    if result["problem"]:
-        raise StepFailed(f"{provider} ({mode}): {result['problem']}")
+    if result["problem"] or problems:
+        raise StepFailed(f"{provider} ({mode}): {result['problem'] or '; '.join(problems)}")
     return result
 
 
