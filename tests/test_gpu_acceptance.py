@@ -333,3 +333,19 @@ def test_which_steps_apply_to_which_providers(tmp_path: Path) -> None:
     with pytest.raises(SystemExit):
         acceptance.parse_args(["--out", str(tmp_path), "--providers", "cpu,rocm"])
     assert acceptance.core_split(1) == [None]
+
+
+def test_the_session_probe_step_records_its_placement(tmp_path: Path, tone_dir: Path) -> None:
+    """The probe the GPU steps run, here on the CPU: its own process, the session's providers and
+    the profile's placement recorded as a JSON line and shown in the table."""
+    from utils.gpu import acceptance
+
+    args = acceptance.parse_args(["--out", str(tmp_path), "--providers", "cpu", "--model", str(tone_dir),
+                                  "--turnsense", str(tmp_path / "ts")])
+    ctx = acceptance.Context(args, tmp_path, ["cpu"], False)
+    result = acceptance.probe(ctx, "cpu", "plain", 60)
+    assert result["providers"] == ["CPUExecutionProvider"] and result["problem"] == ""
+    assert result["nodes"]["CPUExecutionProvider"] > 0 and result["create_s"] >= 0
+    placed = [line for line in record.read(tmp_path) if line["kind"] == "placement"]
+    assert len(placed) == 1 and placed[0]["mode"] == "plain"
+    assert "| CPUExecutionProvider | plain | CPUExecutionProvider | CPU " in build(record.read(tmp_path))

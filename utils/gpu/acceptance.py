@@ -284,6 +284,7 @@ def step_ab(ctx: Context, limit: float) -> str:
 
 def write_run_config(ctx: Context, provider: str) -> Path:
     path = ctx.work / f"{provider}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
     config = run_config(ctx.model, provider, ctx.trt_cache, ctx.turnsense, ctx.work / "models", 8, ctx.args.device_id)
     path.write_text(json.dumps(config, indent=1))
     return path

@@ -78,8 +78,10 @@ def placement_problem(placement: Placement, wanted: str) -> str:
         return "the profile has no node events (was profiling enabled and the session run?)"
     if not placement.nodes.get(wanted):
         return f"no node ran on {wanted} ({placement.describe()})"
+    if wanted == CPU:
+        return ""
     heavy = sorted(op for op in placement.cpu_ops if op in HEAVY_OPS)
-    if placement.encoder.get(CPU) and wanted != CPU:
+    if placement.encoder.get(CPU):
         return f"encoder nodes ran on the CPU ({placement.describe()})"
     if heavy:
         return f"compute on the CPU: {', '.join(heavy)} ({placement.describe()})"
