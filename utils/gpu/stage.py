@@ -22,6 +22,7 @@ import hashlib
 import json
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -76,6 +77,25 @@ def inventory() -> dict[str, Any]:
 
 # ----- download (where a registry is reachable) --------------------------------------------------
 
+def pip_python(python: str) -> str:
+    """The interpreter pip runs in: one of the host's version where this machine has it, because
+    pip evaluates requirement markers (``exceptiongroup; python_version < "3.11"``) for the Python
+    it runs in, whatever ``--python-version`` says; otherwise this one (``needed`` then names any
+    requirement the resolution missed)."""
+    if python == current_python():
+        return sys.executable
+    candidate = shutil.which(f"python{python}")
+    if candidate:
+        try:
+            if subprocess.run([candidate, "-m", "pip", "--version"], capture_output=True, timeout=30).returncode == 0:
+                return candidate
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    print(f"stage: no python{python} with pip on PATH; pip runs in Python {current_python()} (markers as for it)",
+          file=sys.stderr)
+    return sys.executable
+
+
 def platform_args(python: str, machine: str) -> list[str]:
     tags = [f"manylinux_2_{minor}_{machine}" for minor in (39, 34, 31, 28, 27, 17)] + [f"manylinux2014_{machine}"]
     abi = f"cp{python.replace('.', '')}"
@@ -87,7 +107,7 @@ def resolve(roots: list[str], python: str, machine: str) -> list[dict[str, Any]]
     """pip's resolution of ``roots`` for the target interpreter: the report's install items."""
     with tempfile.TemporaryDirectory(prefix="stage-") as tmp:
         report = Path(tmp) / "report.json"
-        command = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
+        command = [pip_python(python), "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
                    "--disable-pip-version-check", "--report", str(report), "--target", str(Path(tmp) / "t"),
                    *platform_args(python, machine), *roots]
         result = subprocess.run(command, capture_output=True, text=True, timeout=900)
@@ -115,7 +135,8 @@ def needed(items: list[dict[str, Any]], roots: list[str], host: dict[str, str], 
             continue
         item = by_name.get(name)
         if item is None:
-            raise StageError(f"pip's resolution has no {name}, which {requirement} asks for")
+            raise StageError(f"pip's resolution has no {name}, which {requirement} asks for: run stage download "
+                             f"where python{python} (with pip) is on PATH, so pip evaluates markers for it")
         if have is None or not requirement.specifier.contains(have, prereleases=True):
             taken[name] = item
         for text in item["metadata"].get("requires_dist") or []:
@@ -124,7 +145,7 @@ def needed(items: list[dict[str, Any]], roots: list[str], host: dict[str, str], 
 
 
 def download_exact(pins: list[str], out: Path, python: str, machine: str, index: str | None = None) -> None:
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "--quiet",
+    command = [pip_python(python), "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "--quiet",
                "--dest", str(out), *platform_args(python, machine), *(["--index-url", index] if index else []), *pins]
     result = subprocess.run(command, capture_output=True, text=True, timeout=3600)
     if result.returncode != 0:
