@@ -103,6 +103,13 @@ def test_download_keeps_only_what_the_host_lacks() -> None:
     names = [entry["metadata"]["name"] for entry in stage.needed(items, roots, host_has_gpu, "3.12")]
     assert names == ["anyio", "fastapi", "starlette"]
     assert not stage.host_has_cuda_libraries({"libraries": {"libcudart.so.13": "/x"}}, 13)
+    # pip's markers follow the interpreter it runs in: a requirement that only the host's Python has is named
+    older = [item("anyio", "4.0", ['exceptiongroup>=1.0.2; python_version < "3.11"'])]
+    with pytest.raises(StageError, match=r"no exceptiongroup, which .* run stage download where python3\.10"):
+        stage.needed(older, ["anyio"], {}, "3.10")
+    assert [entry["metadata"]["name"] for entry in stage.needed(older, ["anyio"], {}, "3.12")] == ["anyio"]
+    assert stage.pip_python(stage.current_python()) == sys.executable
+    assert stage.pip_python("2.0") == sys.executable  # no python2.0 here: this one, with a warning
 
 
 @pytest.fixture(scope="module")
