@@ -28,7 +28,6 @@ import json
 import os
 import platform
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -40,6 +39,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from utils.gpu import record  # noqa: E402
+from utils.gpu.children import Child, child_env, core_split, start, wait_all  # noqa: E402
 from utils.gpu.install import install_offline  # noqa: E402
 from utils.gpu.preflight import TURNSENSE_FILE, Plan, Report, find_model, run_preflight  # noqa: E402
 from utils.gpu.server import run_config  # noqa: E402
@@ -94,6 +94,10 @@ class Context:
     def python(self) -> str:
         return sys.executable
 
+    def start(self, name: str, command: list[str], limit: float, cores: list[int] | None = None) -> Child:
+        env = child_env(self.env, self.target, self.report.library_dirs, self.args.offline)
+        return start(name, command, limit, self.work / "logs", env, cores)
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -127,77 +131,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 # ----- children ----------------------------------------------------------------------------------
 
-def child_env(ctx: Context) -> dict[str, str]:
-    """The private target first on the path, the wheels' NVIDIA libraries on the loader path."""
-    env = dict(ctx.env)
-    env["PYTHONPATH"] = os.pathsep.join([str(ctx.target), str(REPO), *filter(None, [env.get("PYTHONPATH")])])
-    libraries = [*ctx.report.library_dirs, *filter(None, env.get("LD_LIBRARY_PATH", "").split(":"))]
-    env["LD_LIBRARY_PATH"] = ":".join(dict.fromkeys(libraries))
-    if ctx.args.offline:
-        env["PIP_NO_INDEX"] = "1"
-    for name in ("NO_PROXY", "no_proxy"):  # the arms' clients talk to loopback servers, never via a proxy
-        env[name] = ",".join(filter(None, [env.get(name), "127.0.0.1", "localhost"]))
-    return env
-
-
-@dataclass
-class Child:
-    name: str
-    process: subprocess.Popen[bytes]
-    deadline: float  # time.monotonic() after which it is killed
-    log: Path
-
-
-def run_child(ctx: Context, name: str, command: list[str], limit: float, cores: list[int] | None = None) -> Child:
-    """Start a child in its own process group (so a cut kills its server too), optionally pinned."""
-    log = ctx.work / "logs" / f"{name}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("ab") as handle:
-        handle.write(("$ " + " ".join(command) + "\n").encode())
-        handle.flush()
-
-        def pin() -> None:
-            os.setsid()
-            if cores:
-                os.sched_setaffinity(0, cores)
-
-        process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=child_env(ctx), cwd=REPO,
-                                   preexec_fn=pin)
-    return Child(name, process, time.monotonic() + limit, log)
-
-
-def wait_all(children: list[Child]) -> list[str]:
-    """Wait for every child until its deadline; one past it is killed with its group."""
-    problems = []
-    for child in children:
-        try:
-            child.process.wait(timeout=max(0.0, child.deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            os.killpg(child.process.pid, signal.SIGKILL)
-            child.process.wait()
-            problems.append(f"{child.name}: cut at its time limit (what it finished is kept)")
-            continue
-        if child.process.returncode != 0:
-            tail = "\n".join(child.log.read_text(errors="replace").strip().splitlines()[-6:])
-            problems.append(f"{child.name} exited {child.process.returncode}:\n{tail}")
-    return problems
-
-
 def run_once(ctx: Context, name: str, command: list[str], limit: float) -> str:
-    child = run_child(ctx, name, command, limit)
+    child = ctx.start(name, command, limit)
     problems = wait_all([child])
     if problems:
         raise StepFailed("; ".join(problems))
     return child.log.read_text(errors="replace")
-
-
-def core_split(count: int) -> list[list[int] | None]:
-    """Disjoint CPU core sets for arms that run side by side (None: no pinning)."""
-    cores = sorted(os.sched_getaffinity(0))
-    if count <= 1 or len(cores) < 2 * count:
-        return [None] * count
-    size = len(cores) // count
-    return [cores[index * size:(index + 1) * size] for index in range(count)]
 
 
 def arms(ctx: Context, step: str, providers: list[str], seats: list[int], lengths: list[float], limit: float,
@@ -210,7 +149,7 @@ def arms(ctx: Context, step: str, providers: list[str], seats: list[int], length
     problems = []
     deadline = time.monotonic() + limit
     for group in groups:
-        children = [run_child(ctx, f"{step}-{p}", [*base, "--provider", p], deadline - time.monotonic(), cores)
+        children = [ctx.start(f"{step}-{p}", [*base, "--provider", p], deadline - time.monotonic(), cores)
                     for p, cores in zip(group, core_split(len(group)), strict=True)]
         problems += wait_all(children)
     cells = [line for line in record.read(ctx.out) if line["kind"] == "cell" and line["step"] == step]
@@ -293,9 +232,9 @@ def write_run_config(ctx: Context, provider: str) -> Path:
 def probe(ctx: Context, provider: str, mode: str, limit: float) -> dict[str, Any]:
     """One session in its own process; its placement is recorded even when it is wrong (exit 1)."""
     config = write_run_config(ctx, provider)
-    child = run_child(ctx, f"probe-{provider}-{mode}", [ctx.python(), str(REPO / "utils" / "gpu" / "session_probe.py"),
-                                                         "--config", str(config), "--model", str(ctx.model),
-                                                         "--provider", provider, "--mode", mode], limit)
+    child = ctx.start(f"probe-{provider}-{mode}", [ctx.python(), str(REPO / "utils" / "gpu" / "session_probe.py"),
+                                                    "--config", str(config), "--model", str(ctx.model),
+                                                    "--provider", provider, "--mode", mode], limit)
     problems = wait_all([child])
     lines = [line for line in child.log.read_text(errors="replace").splitlines() if line.startswith("{")]
     if not lines:

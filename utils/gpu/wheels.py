@@ -10,7 +10,6 @@ tool run this before anything is installed.
 
 from __future__ import annotations
 
-import email.parser
 import importlib.metadata
 import re
 import zipfile
@@ -61,13 +60,6 @@ def wheel_cuda_version(path: Path) -> str | None:
         except KeyError:
             return None
     return cuda_version_from_build_info(text)
-
-
-def wheel_metadata(path: Path) -> email.message.Message:
-    """The wheel's METADATA (Requires-Dist, Requires-Python, ...)."""
-    with zipfile.ZipFile(path) as wheel:
-        member = next(name for name in wheel.namelist() if name.endswith(".dist-info/METADATA"))
-        return email.parser.Parser().parsestr(wheel.read(member).decode())
 
 
 def installed_versions(paths: list[str]) -> dict[str, str]:
