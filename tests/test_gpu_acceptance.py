@@ -332,6 +332,8 @@ def test_which_steps_apply_to_which_providers(tmp_path: Path) -> None:
     assert plan == pytest.approx(60 + 1.2 * (5 * (48 + 3 * 3.5) + (3 + 3.5)))
     with pytest.raises(SystemExit):
         acceptance.parse_args(["--out", str(tmp_path), "--providers", "cpu,rocm"])
+    relative = acceptance.parse_args(["--out", "out", "--model", "models/sv"])  # children run in the repository
+    assert relative.out == Path.cwd() / "out" and relative.model == Path.cwd() / "models" / "sv"
     assert acceptance.core_split(1) == [None]
 
 

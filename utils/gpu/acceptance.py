@@ -126,6 +126,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error(f"unknown provider(s) {', '.join(sorted(unknown))}; choose from {', '.join(PROVIDERS)}")
     if args.rounds < 1 or args.warmup < 0:
         parser.error("--rounds must be >= 1 and --warmup >= 0")
+    for name in ("out", "wheels", "target", "model", "turnsense"):  # children run in the repository
+        if getattr(args, name) is not None:
+            setattr(args, name, getattr(args, name).absolute())
     return args
 
 

@@ -5,11 +5,11 @@
 #   PYTHON=python3 utils/gpu/acceptance.sh --offline --wheels WHEELS --out OUT [--model DIR] ...
 # Default Python: $PYTHON, else the active virtual environment, else .venv, else python3.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+REPO="$(cd "$(dirname "$0")/../.." && pwd)"   # no cd: relative paths in the arguments stay the caller's
 if [ -z "${PYTHON:-}" ]; then
   if [ -n "${VIRTUAL_ENV:-}" ]; then PYTHON="$VIRTUAL_ENV/bin/python"
-  elif [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python
+  elif [ -x "$REPO/.venv/bin/python" ]; then PYTHON="$REPO/.venv/bin/python"
   else PYTHON=python3
   fi
 fi
-exec "$PYTHON" utils/gpu/acceptance.py "$@"
+exec "$PYTHON" "$REPO/utils/gpu/acceptance.py" "$@"
