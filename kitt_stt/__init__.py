@@ -9,4 +9,9 @@ redaction), ``ops`` (host probes, the TensorRT engine cache, ``doctor``).
 Top-level modules: ``cli`` (the ``kitt-stt`` command), ``hotwords`` (hotword syntax), ``logs``.
 """
 
-__version__ = "0.2.0"
+from importlib import metadata as _metadata
+
+try:  # one source: the version in pyproject.toml, as installed (the API docs show it)
+    __version__ = _metadata.version("kitt-stt")
+except _metadata.PackageNotFoundError:  # a source tree on sys.path that was never installed
+    __version__ = "0+unknown"

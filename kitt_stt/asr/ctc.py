@@ -16,8 +16,9 @@ and skipping it saves an exp over the whole vocabulary (25k entries per frame fo
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -57,11 +58,15 @@ def greedy(logits: np.ndarray, length: int, blank: int = 0) -> CtcResult:
     return CtcResult(tokens, frames)
 
 
-@dataclass
 class _Node:
-    children: dict[int, _Node] = field(default_factory=dict)
-    boost: float = 0.0
-    is_end: bool = False
+    """One token of one or more hotwords (a plain slotted class: a 1000-word list makes ~64k)."""
+
+    __slots__ = ("boost", "children", "is_end")
+
+    def __init__(self) -> None:
+        self.children: dict[int, _Node] = {}
+        self.boost = 0.0
+        self.is_end = False
 
 
 class HotwordTrie:
@@ -74,34 +79,67 @@ class HotwordTrie:
                 continue
             node = self.root
             for token in token_ids:
-                node = node.children.setdefault(token, _Node())
-                node.boost = max(node.boost, boost)
+                child = node.children.get(token)
+                if child is None:
+                    child = node.children[token] = _Node()
+                node = child
+                if boost > node.boost:
+                    node.boost = boost
             node.is_end = True
 
     def __bool__(self) -> bool:
         return bool(self.root.children)
 
 
-def tokenize_hotword(word: Hotword, vocabulary: dict[str, int]) -> list[int]:
+class PieceIndex:
+    """The vocabulary as a character trie: the longest token at a position in one walk.
+
+    Clients choose hotwords, so tokenising them must be cheap: trying every substring length at
+    every position made a list of 1000 64-character words cost ~0.5 s of the GIL, while a walk
+    stops as soon as no token continues (a few steps for real words).  Built once per engine.
+    """
+
+    def __init__(self, vocabulary: Mapping[str, int]) -> None:
+        self._root: dict[str | None, Any] = {}
+        for token, index in vocabulary.items():
+            node = self._root
+            for char in token:
+                node = node.setdefault(char, {})
+            node[None] = index  # None marks "a token ends here" (never a character)
+
+    def longest(self, text: str, start: int, prefix: str = "") -> tuple[int, int] | None:
+        """(token id, end) of the longest token that is ``prefix`` + ``text[start:end]``, or None."""
+        node: dict[str | None, Any] | None = self._root
+        for char in prefix:
+            node = node.get(char) if node is not None else None
+        best = None
+        position = start
+        while node is not None and position < len(text):
+            node = node.get(text[position])
+            position += 1
+            if node is not None and None in node:
+                best = (node[None], position)
+        return best
+
+
+def tokenize_hotword(word: Hotword, vocabulary: Mapping[str, int] | PieceIndex) -> list[int]:
     """Greedy longest match of the hotword's text against the vocabulary.
 
     SentencePiece vocabularies mark word starts with '▁', so each space-separated word is tried
-    with that prefix first.  Characters that match nothing are skipped (and reported by
-    returning fewer tokens; an empty list means the word cannot be biased).
+    with that prefix first (at equal length the marked piece wins).  Characters that match nothing
+    are skipped (and reported by returning fewer tokens; an empty list means the word cannot be
+    biased).  Pass a ``PieceIndex`` when tokenising many words with one vocabulary.
     """
+    index = vocabulary if isinstance(vocabulary, PieceIndex) else PieceIndex(vocabulary)
     ids: list[int] = []
     for word_text in word.text.split():
         position, first = 0, True
         while position < len(word_text):
-            match = None
-            for end in range(len(word_text), position, -1):
-                piece = word_text[position:end]
-                for candidate in ((f"▁{piece}", piece) if first else (piece,)):
-                    if candidate in vocabulary:
-                        match = (vocabulary[candidate], end)
-                        break
-                if match:
-                    break
+            match = index.longest(word_text, position)
+            if first:
+                marked = index.longest(word_text, position, "▁")
+                if marked is not None and (match is None or marked[1] >= match[1]):
+                    match = marked
             if match is None:
                 position += 1
             else:
@@ -109,6 +147,17 @@ def tokenize_hotword(word: Hotword, vocabulary: dict[str, int]) -> list[int]:
                 position = match[1]
             first = False
     return ids
+
+
+def build_trie(hotwords: Sequence[Hotword], pieces: PieceIndex) -> tuple[HotwordTrie, list[str]]:
+    """The trie of ``hotwords`` and the texts of those with no token in the vocabulary (not biased)."""
+    entries, unmatched = [], []
+    for word in hotwords:
+        ids = tokenize_hotword(word, pieces)
+        if not ids:
+            unmatched.append(word.text)
+        entries.append((ids, word.boost))
+    return HotwordTrie(entries), unmatched
 
 
 @dataclass

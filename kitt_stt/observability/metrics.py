@@ -41,6 +41,9 @@ class Metrics:
                                      buckets=LATENCY_BUCKETS, registry=registry)
         self.commits = Counter("kitt_commits_total", "Turn commits", ["reason"], registry=registry)
         self.errors = Counter("kitt_errors_total", "Error frames sent", ["code"], registry=registry)
+        self.slow_consumers = Counter("kitt_slow_consumers_total",
+                                      "Sessions closed because the client did not read its frames", ["reason"],
+                                      registry=registry)
         self.turn_model = Histogram("kitt_turn_model_seconds", "End-of-turn features + model per decision",
                                     buckets=DECODE_BUCKETS, registry=registry)
         self.model_load = Gauge("kitt_model_load_seconds", "Time to load the models at start-up",
