@@ -149,15 +149,18 @@ def tokenize_hotword(word: Hotword, vocabulary: Mapping[str, int] | PieceIndex) 
     return ids
 
 
-def build_trie(hotwords: Sequence[Hotword], pieces: PieceIndex) -> tuple[HotwordTrie, list[str]]:
-    """The trie of ``hotwords`` and the texts of those with no token in the vocabulary (not biased)."""
-    entries, unmatched = [], []
+def tokenize_hotwords(hotwords: Sequence[Hotword],
+                      pieces: PieceIndex) -> tuple[list[tuple[list[int], float]], list[str]]:
+    """``HotwordTrie`` entries for ``hotwords``, and the texts of those with no token in the
+    vocabulary (they cannot be biased; the caller reports them, once per list)."""
+    entries: list[tuple[list[int], float]] = []
+    unmatched: list[str] = []
     for word in hotwords:
         ids = tokenize_hotword(word, pieces)
         if not ids:
             unmatched.append(word.text)
         entries.append((ids, word.boost))
-    return HotwordTrie(entries), unmatched
+    return entries, unmatched
 
 
 @dataclass

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnxruntime as ort
 
-from kitt_stt.asr.ctc import HotwordTrie, PieceIndex, beam_search, build_trie, greedy
+from kitt_stt.asr.ctc import HotwordTrie, PieceIndex, beam_search, greedy, tokenize_hotwords
 from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult, EngineInfo, StageTimer
 from kitt_stt.asr.features import FeatureStream, apply_lfr, log_mel
 from kitt_stt.asr.providers import check_active, check_available, provider_chain
@@ -145,9 +145,9 @@ class OrtSenseVoiceEngine(AsrEngine):
         )
 
     def _build_trie(self, hotwords: tuple[Hotword, ...]) -> HotwordTrie:
-        trie, unmatched = build_trie(hotwords, self._pieces)
+        entries, unmatched = tokenize_hotwords(hotwords, self._pieces)
         if unmatched:  # one line per list: a list of 1000 unknown words once logged 1000 lines
             shown = ", ".join(quoted(text) for text in unmatched[:5])
             log.warning("%d of %d hotwords have no tokens in this model's vocabulary and are ignored: %s%s",
                         len(unmatched), len(hotwords), shown, ", …" if len(unmatched) > 5 else "")
-        return trie
+        return HotwordTrie(entries)

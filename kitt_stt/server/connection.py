@@ -14,6 +14,7 @@ make the session end before its finals are out.  A session that sends nothing fo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections.abc import Iterable
@@ -135,16 +136,18 @@ class Connection:
                     server.outbound_queue_frames, server.max_outbox_bytes, server.send_stall_s, CLOSE_TRY_AGAIN_LATER)
         self._metrics.slow_consumers.labels(reason.value).inc()
         self._metrics.errors.labels(ErrorCode.SLOW_CONSUMER.value).inc()
-        self._closing = True
+        self._draining = True  # read and discard until the close: unread input would reset the socket first
         farewell = ErrorFrame(code=ErrorCode.SLOW_CONSUMER.value, fatal=True,
                               message=f"the client did not read its frames ({reason}); queued frames were dropped")
         self._outbox.put_last(Outgoing(encode_server_frame(farewell), "error", None))
         self._aborting = asyncio.get_running_loop().create_task(self._abort())
 
     async def _abort(self) -> None:
-        """Close a slow consumer; stop its reader, which may be waiting for a frame that never comes."""
+        """Close a slow consumer; then stop its reader if the client's close does not end it in time."""
         await self._close_socket(CLOSE_TRY_AGAIN_LATER, ErrorCode.SLOW_CONSUMER.value)
         if self._reader is not None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._reader), self._config.server.send_stall_s)
             self._reader.cancel()
 
     async def _send_traced(self, item: Outgoing) -> None:
