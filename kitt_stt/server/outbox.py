@@ -68,8 +68,8 @@ class Outbox:
         return self._overflowed
 
     def put(self, item: Outgoing) -> bool:
-        """Queue ``item``; False (and one overflow) when it would pass a limit, or after the end."""
-        if self._ended:
+        """Queue ``item``; False (and one overflow) when it would pass a limit, or after an overflow or the end."""
+        if self._ended or self._overflowed:
             return False
         if len(self._items) >= self._limits.max_frames:
             self.overflow(Overflow.FRAMES)
@@ -90,6 +90,8 @@ class Outbox:
         dropped = self._bytes
         self._items.clear()
         self._bytes = 0
+        if self._ended:
+            self._items.append(None)  # an end already asked for still stops the sender
         self._on_overflow(reason, dropped)
 
     def put_last(self, item: Outgoing) -> None:
