@@ -16,6 +16,7 @@ and skipping it saves an exp over the whole vocabulary (25k entries per frame fo
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,12 @@ import numpy as np
 from kitt_stt.hotwords import Hotword
 
 NEG_INF = float("-inf")
+# Building a trie is pure Python that holds the GIL: for the largest list (1000 words of 64
+# tokens, ~0.1-0.3 s here) the event loop would wait up to the interpreter's 5 ms switch interval
+# at every wake-up, and a bystander's ping p99 rose ~40x.  Every few words the builder sleeps a
+# moment, so a thread waiting for the GIL (the loop) gets it at once (utils/performance/hotword_flood_bench.py).
+GIL_BREAK_EVERY = 8
+GIL_BREAK_S = 0.0001
 CANDIDATES_PER_FRAME = 8
 HOTWORD_FLOOR = -8.0  # natural-log units below the frame's best token
 
@@ -58,37 +65,41 @@ def greedy(logits: np.ndarray, length: int, blank: int = 0) -> CtcResult:
     return CtcResult(tokens, frames)
 
 
-class _Node:
-    """One token of one or more hotwords (a plain slotted class: a 1000-word list makes ~64k)."""
-
-    __slots__ = ("boost", "children", "is_end")
-
-    def __init__(self) -> None:
-        self.children: dict[int, _Node] = {}
-        self.boost = 0.0
-        self.is_end = False
-
-
 class HotwordTrie:
-    """Hotwords as token-id sequences; each node knows the boost of the words through it."""
+    """Hotwords as token-id sequences; each node knows the boost of the words through it.
+
+    Nodes are ints (0 is the root) indexing flat lists, not objects: the largest list a client
+    may send makes ~64,000 nodes, and as objects they were what the garbage collector walked on
+    every full collection, for every cached trie (stalls of ~0.25 s on the event loop).  Dicts
+    of ints are not tracked by the collector at all.
+    """
+
+    ROOT = 0
 
     def __init__(self, entries: Sequence[tuple[Sequence[int], float]]) -> None:
-        self.root = _Node()
-        for token_ids, boost in entries:
+        self.children: list[dict[int, int]] = [{}]
+        self.boost: list[float] = [0.0]
+        self.is_end: list[bool] = [False]
+        for count, (token_ids, boost) in enumerate(entries, start=1):
+            if count % GIL_BREAK_EVERY == 0:
+                time.sleep(GIL_BREAK_S)  # see GIL_BREAK_EVERY
             if not token_ids:
                 continue
-            node = self.root
+            node = self.ROOT
             for token in token_ids:
-                child = node.children.get(token)
+                child = self.children[node].get(token)
                 if child is None:
-                    child = node.children[token] = _Node()
+                    child = self.children[node][token] = len(self.children)
+                    self.children.append({})
+                    self.boost.append(0.0)
+                    self.is_end.append(False)
                 node = child
-                if boost > node.boost:
-                    node.boost = boost
-            node.is_end = True
+                if boost > self.boost[node]:
+                    self.boost[node] = boost
+            self.is_end[node] = True
 
     def __bool__(self) -> bool:
-        return bool(self.root.children)
+        return bool(self.children[self.ROOT])
 
 
 class PieceIndex:
@@ -155,7 +166,9 @@ def tokenize_hotwords(hotwords: Sequence[Hotword],
     vocabulary (they cannot be biased; the caller reports them, once per list)."""
     entries: list[tuple[list[int], float]] = []
     unmatched: list[str] = []
-    for word in hotwords:
+    for count, word in enumerate(hotwords, start=1):
+        if count % GIL_BREAK_EVERY == 0:
+            time.sleep(GIL_BREAK_S)  # see GIL_BREAK_EVERY
         ids = tokenize_hotword(word, pieces)
         if not ids:
             unmatched.append(word.text)
@@ -167,7 +180,7 @@ def tokenize_hotwords(hotwords: Sequence[Hotword],
 class _Hyp:
     p_blank: float = NEG_INF
     p_token: float = NEG_INF
-    node: _Node | None = None  # position in the hotword trie (None: root)
+    node: int | None = None  # position in the hotword trie (None: root)
     partial: float = 0.0  # bonus of the current, unfinished hotword match
     bonus: float = 0.0  # total hotword bonus, partial included
     frames: tuple[int, ...] = ()
@@ -181,22 +194,22 @@ class _Hyp:
         return self.acoustic + self.bonus
 
 
-def _advance(trie: HotwordTrie, hyp: _Hyp, token: int) -> tuple[_Node | None, float, float]:
+def _advance(trie: HotwordTrie, hyp: _Hyp, token: int) -> tuple[int | None, float, float]:
     """Trie state after emitting ``token``: (node, partial bonus, total bonus)."""
-    node = hyp.node or trie.root
-    child = node.children.get(token)
+    node = trie.ROOT if hyp.node is None else hyp.node
+    child = trie.children[node].get(token)
     bonus, partial = hyp.bonus, hyp.partial
-    if child is None and node is not trie.root:
+    if child is None and node != trie.ROOT:
         bonus -= partial  # the partial match failed: take its bonus back
         partial = 0.0
-        child = trie.root.children.get(token)
+        child = trie.children[trie.ROOT].get(token)
     if child is None:
         return None, partial, bonus
-    partial += child.boost
-    bonus += child.boost
-    if child.is_end:
+    partial += trie.boost[child]
+    bonus += trie.boost[child]
+    if trie.is_end[child]:
         partial = 0.0  # a finished match keeps its bonus for good
-        if not child.children:
+        if not trie.children[child]:
             return None, partial, bonus
     return child, partial, bonus
 
@@ -211,7 +224,8 @@ def beam_search(logits: np.ndarray, length: int, beam: int, trie: HotwordTrie | 
     tops = np.argpartition(frames, -keep, axis=-1)[:, -keep:]
     floor_array = frames.max(axis=-1) + HOTWORD_FLOOR
     floors = floor_array.tolist()
-    starts = np.array(sorted(t for t in (trie.root.children if trie else {}) if 0 <= t < frames.shape[-1]), dtype=int)
+    first_tokens = trie.children[trie.ROOT] if trie else {}
+    starts = np.array(sorted(t for t in first_tokens if 0 <= t < frames.shape[-1]), dtype=int)
     start_ok = frames[:, starts] > floor_array[:, None] if starts.size else None
     hyps: dict[tuple[int, ...], _Hyp] = {(): _Hyp(p_blank=0.0)}
     for t in range(frames.shape[0]):
@@ -236,7 +250,7 @@ def beam_search(logits: np.ndarray, length: int, beam: int, trie: HotwordTrie | 
             stay.p_blank = _logaddexp(stay.p_blank, total + row[blank])
             candidates = set(common)
             if trie:
-                extra = set(hyp.node.children) if hyp.node else set()
+                extra = set(trie.children[hyp.node]) if hyp.node is not None else set()
                 extra.update(frame_starts)
                 for token in extra - candidates:
                     if 0 <= token < frame.shape[0] and (score := float(frame[token])) > floors[t]:

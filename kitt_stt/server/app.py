@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import threading
 import time
@@ -237,6 +238,11 @@ async def _load_and_warm_up(state: ServiceState, plan: EnginePlan | None, load_s
         state.load_error = f"{stage} failed: {exc}"
         log.exception("the ASR engine could not be made ready (%s); /healthz and /readyz report failed", stage)
         return
+    # Everything loaded so far lives as long as the process: out of the collector's sight, a full
+    # collection walks only what sessions allocate (it walked it all, holding the GIL for ~0.1 s
+    # each time a hotword flood triggered one; utils/performance/hotword_flood_bench.py).
+    await asyncio.to_thread(gc.collect)
+    gc.freeze()
     state.ready = not state.draining
 
 
