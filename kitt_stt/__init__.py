@@ -6,7 +6,8 @@ Subpackages, by concern: ``config`` (schema and loader), ``protocol`` (wire fram
 ``server`` (FastAPI/uvicorn), ``client`` (Python client and ``transcribe``), ``models``
 (registry, downloads, generated models), ``observability`` (trace, metrics, debug logs, log
 redaction), ``ops`` (host probes, the TensorRT engine cache, ``doctor``).
-Top-level modules: ``cli`` (the ``kitt-stt`` command), ``hotwords`` (hotword syntax), ``logs``.
+Top-level modules: ``cli`` (the ``kitt-stt`` command), ``hotwords`` (hotword syntax), ``logs``,
+``quote`` (client text in messages, bounded).
 """
 
 from importlib import metadata as _metadata

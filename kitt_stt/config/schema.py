@@ -69,6 +69,9 @@ class ServerConfig(_Section):
     idle_timeout_s: float = Field(default=60.0, ge=0)
     max_pending_decodes: int = Field(default=32, ge=1, le=10_000)
     max_messages_per_s: int = Field(default=2000, ge=10)
+    # and at most this many bytes a second (one second's worth at once): 8 seats at the audio rate
+    # limit send 1 MiB/s; a flood of 130 KB hotword lists otherwise kept the event loop busy
+    max_read_bytes_per_s: int = Field(default=4 << 20, ge=64 << 10)
     segment_starts: SegmentStartBudget = SegmentStartBudget()
     hotword_changes: HotwordChangeBudget = HotwordChangeBudget()
     max_seats: int = Field(default=8, ge=1, le=64)

@@ -241,8 +241,9 @@ async def _load_and_warm_up(state: ServiceState, plan: EnginePlan | None, load_s
     # Everything loaded so far lives as long as the process: out of the collector's sight, a full
     # collection walks only what sessions allocate (it walked it all, holding the GIL for ~0.1 s
     # each time a hotword flood triggered one; utils/performance/hotword_flood_bench.py).
-    await asyncio.to_thread(gc.collect)
-    gc.freeze()
+    if state.freeze_gc_when_ready:  # the served process only (runner.run): not a test's
+        await asyncio.to_thread(gc.collect)
+        gc.freeze()
     state.ready = not state.draining
 
 

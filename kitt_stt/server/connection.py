@@ -1,8 +1,10 @@
 """One WebSocket session: decode client frames, route them to seats, send server frames in order.
 
-Inbound frames are handled one at a time on the event loop; a bad frame yields one ``error``
-frame and the session goes on.  Outbound frames go through one queue drained by one sender
-task, so frames leave in exactly the order the pipeline emitted them.
+Inbound frames are handled one at a time on the event loop, read at most
+``server.max_messages_per_s`` messages and ``server.max_read_bytes_per_s`` bytes a second; a
+bad frame yields one ``error`` frame and the session goes on.  Outbound frames go through the
+session's ``Outbox`` (one queue, one sender: frames leave in the order the pipeline emitted
+them); a client that does not read them is closed as a slow consumer (``server/outbox.py``).
 
 Ending a session: a client ``close`` or a server drain (SIGTERM) flushes every seat (finals,
 then commits with reason ``stop``) and closes with 1000.  While that flush runs the receive loop
@@ -16,13 +18,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import Iterable
 from functools import partial
-from typing import TypeVar
 
 import numpy as np
-from pydantic import BaseModel, ValidationError
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from kitt_stt.audio.vad import EndReason
@@ -31,7 +32,7 @@ from kitt_stt.observability.logbuffer import session_id as session_context
 from kitt_stt.observability.trace import Track
 from kitt_stt.pipeline.admission import Admission
 from kitt_stt.pipeline.eot import EotPolicy, HoldRule, SilenceTimeoutPolicy, TurnSensePolicy
-from kitt_stt.pipeline.rate_limit import AudioRateLimiter, MessagePacer
+from kitt_stt.pipeline.rate_limit import AudioRateLimiter, MessagePacer, TokenBucket
 from kitt_stt.pipeline.seat import SeatObservers, SeatPipeline
 from kitt_stt.pipeline.settings import SessionSettings
 from kitt_stt.protocol.codec import decode_client_frame, encode_server_frame
@@ -40,10 +41,8 @@ from kitt_stt.protocol.frames import (
     AudioFrame,
     ClientFrame,
     CloseFrame,
-    CommitFrame,
     ConfigureFrame,
     ErrorFrame,
-    FinalFrame,
     FinalizeFrame,
     Limits,
     ModelInfo,
@@ -52,23 +51,19 @@ from kitt_stt.protocol.frames import (
     ReadyFrame,
     ServerFrame,
     StartFrame,
-    TextFields,
     VadFrame,
-    WakeFields,
 )
 from kitt_stt.quote import quoted
+from kitt_stt.server.audio_checks import SAMPLE_RATE, checked_pcm_bytes
 from kitt_stt.server.failures import flush_all, log_task_failure
 from kitt_stt.server.hotword_changes import HotwordChanges
 from kitt_stt.server.outbox import Outbox, OutboxLimits, Outgoing, Overflow
+from kitt_stt.server.stage_updates import updated_stage
 from kitt_stt.server.state import ServiceState
-from kitt_stt.text import TextSettings, TextStage, WakeSettings
-
-SettingsT = TypeVar("SettingsT", bound=BaseModel)
+from kitt_stt.text import TextStage
 
 log = logging.getLogger(__name__)
 
-SAMPLE_RATE = 16000
-BYTES_PER_10MS = SAMPLE_RATE // 100 * 2
 CLOSE_NORMAL = 1000
 CLOSE_POLICY_VIOLATION = 1008  # idle timeout
 CLOSE_TRY_AGAIN_LATER = 1013
@@ -99,6 +94,8 @@ class Connection:
         self._reader: asyncio.Task[None] | None = None
         self._admission = Admission(self._config, state.scheduler, self)
         self._pacer = MessagePacer(server.max_messages_per_s)
+        self._byte_pacer = TokenBucket(server.max_read_bytes_per_s, server.max_read_bytes_per_s)  # bytes, likewise
+        self._bytes_paid_at = 0.0
         self._hotword_changes = HotwordChanges(server.hotword_changes, asr.hotwords)
         self._finished = asyncio.Event()
         self._closing = False  # the socket is going away: stop reading
@@ -114,19 +111,7 @@ class Connection:
         payload = encode_server_frame(frame)
         kind = frame.type  # type: ignore[attr-defined]
         if self._outbox.put(Outgoing(payload, kind, getattr(frame, "seat", None))):
-            self._observe_outbound(frame, kind)
-
-    def _observe_outbound(self, frame: ServerFrame, kind: str) -> None:
-        metrics = self._metrics
-        metrics.frames_out.labels(kind).inc()
-        if isinstance(frame, FinalFrame):
-            metrics.final_latency.observe(frame.server_latency_ms / 1000.0)
-        elif isinstance(frame, CommitFrame):
-            decision = frame.metadata["eot"]["decision"]
-            metrics.commits.labels(decision["reason"]).inc()
-            metrics.eot_latency.observe(decision["wait_ms"] / 1000.0)
-        elif isinstance(frame, ErrorFrame):
-            metrics.errors.labels(frame.code).inc()
+            self._metrics.observe_frame_out(frame, kind)
 
     def _on_overflow(self, reason: Overflow, dropped_bytes: int) -> None:
         """The client does not read: drop its queue, tell it why if it ever reads again, close."""
@@ -199,7 +184,7 @@ class Connection:
         while not self._closing:
             # Reading slower than a flooding client sends lets TCP push back on it: its messages
             # wait in its own socket buffers instead of taking the event loop from everyone else.
-            pause = self._pacer.delay_for(1.0)
+            pause = max(self._pacer.delay_for(1.0), self._bytes_paid_at - time.monotonic())
             if pause > 0:
                 await asyncio.sleep(pause)
             try:
@@ -223,6 +208,7 @@ class Connection:
                 self._error(ProtocolError(ErrorCode.BAD_FRAME,
                                           "text messages are not accepted: send one binary msgpack map per message"))
                 continue
+            self._bytes_paid_at = time.monotonic() + self._byte_pacer.delay_for(len(payload))
             if await self._handle(payload):
                 return
 
@@ -342,18 +328,19 @@ class Connection:
             self.send(PongFrame(id=frame.id))
 
     async def _on_settings(self, frame: StartFrame | ConfigureFrame) -> None:
-        self._hotword_changes.admit(frame.hotwords)
-        settings = self._updated_settings(frame.language, frame.interim, frame.hotwords, frame.eager)
+        changed = self._hotword_changes.admit(frame.hotwords)
+        settings = self._updated_settings(frame.language, frame.interim, changed, frame.eager)
         if frame.wake is not None or frame.text is not None:
-            settings = settings.updated(stage=self._updated_stage(frame.wake, frame.text))
-        hotwords = settings.decode_hotwords()
-        if hotwords and hotwords != self._settings.decode_hotwords() and self._state.engine.info.hotwords:
-            await self._prepare_hotwords(hotwords)
+            settings = settings.updated(stage=updated_stage(self._settings.stage, frame.wake, frame.text))
+        if (changed is not None or frame.wake is not None) and self._state.engine.info.hotwords:
+            hotwords = settings.decode_hotwords()  # wake phrases are hotwords too
+            if hotwords and hotwords != self._settings.decode_hotwords():
+                await self._prepare_hotwords(hotwords)
         self._settings = settings
-        self._hotword_changes.applied(frame.hotwords)
+        self._hotword_changes.applied(changed)
         if isinstance(frame, StartFrame):
             if frame.client:
-                log.info("session %s: client %r", self.session_id, frame.client)
+                log.info("session %s: client %s", self.session_id, quoted(frame.client))
             for seat in frame.seats or []:
                 self._seat(seat)
 
@@ -384,16 +371,6 @@ class Connection:
                 raise ProtocolError(ErrorCode.BAD_FIELD, f"hotwords: {exc}") from None
         return self._settings.updated(language=language, interim=interim, hotwords=parsed, eager=eager)
 
-    def _updated_stage(self, wake: WakeFields | None, text: TextFields | None) -> TextStage:
-        """The session's text stage with the fields given replacing the current ones."""
-        stage = self._settings.stage
-        wake_settings, text_settings = stage.wake_settings, stage.text_settings
-        if wake is not None:
-            wake_settings = _merged("wake", WakeSettings, wake_settings, wake)
-        if text is not None:
-            text_settings = _merged("text", TextSettings, text_settings, text)
-        return TextStage(text_settings, wake_settings)
-
     def _on_finalize(self, frame: FinalizeFrame) -> None:
         if frame.seat is None:
             seats = list(self._seats.values())
@@ -406,19 +383,7 @@ class Connection:
                                                what=f"session {self.session_id} seat {seat.seat}: finalize"))
 
     def _on_audio(self, frame: AudioFrame) -> None:
-        if frame.sample_rate is not None and frame.sample_rate != SAMPLE_RATE:
-            raise ProtocolError(ErrorCode.BAD_AUDIO,
-                                f"sample_rate {frame.sample_rate} is not supported; send 16000 Hz mono int16",
-                                frame.seat)
-        size = len(frame.pcm)
-        if size % BYTES_PER_10MS:
-            raise ProtocolError(ErrorCode.BAD_AUDIO,
-                                f"pcm is {size} bytes, not a whole number of 10 ms blocks "
-                                f"({BYTES_PER_10MS} bytes of 16 kHz int16)", frame.seat)
-        max_ms = self._config.server.max_frame_ms
-        if size > max_ms * BYTES_PER_10MS // 10:
-            raise ProtocolError(ErrorCode.BAD_AUDIO, f"pcm is {size // 32} ms; at most {max_ms} ms per frame",
-                                frame.seat)
+        size = checked_pcm_bytes(frame, self._config.server.max_frame_ms)
         seat = self._seat(frame.seat)
         if frame.seq is not None:
             if seat.last_seq is not None and frame.seq <= seat.last_seq:
@@ -468,12 +433,3 @@ class Connection:
         self._limiters[name] = AudioRateLimiter(self._config.server.rate_limit)
         return seat
 
-
-def _merged(name: str, model: type[SettingsT], current: SettingsT, given: ClientFrame) -> SettingsT:
-    """``current`` with the fields the client gave, validated as a whole (``bad_field`` if not)."""
-    try:
-        return model.model_validate({**current.model_dump(), **given.model_dump(exclude_none=True)})
-    except ValidationError as exc:
-        problems = "; ".join((f"{'.'.join(map(str, error['loc']))}: " if error["loc"] else "")
-                             + error["msg"].removeprefix("Value error, ") for error in exc.errors())
-        raise ProtocolError(ErrorCode.BAD_FIELD, f"{name}: {problems}") from None

@@ -19,15 +19,17 @@ class HotwordChanges:
         self._bucket = TokenBucket(budget.burst, budget.per_s)
         self._in_force = tuple(in_force)
 
-    def admit(self, hotwords: list[str] | None) -> None:
-        """Refuse (``rate_limited``) a frame that would change the hotwords beyond the budget."""
+    def admit(self, hotwords: list[str] | None) -> list[str] | None:
+        """The hotwords a frame changes to, or None when it leaves them (absent, or the list in force:
+        not even parsed again); refused (``rate_limited``) beyond the budget."""
         if hotwords is None or tuple(hotwords) == self._in_force:
-            return
+            return None
         if not self._bucket.allow(1.0):
             budget = self._budget
             raise ProtocolError(ErrorCode.RATE_LIMITED,
                                 f"hotwords may change {budget.burst} times at once, then once every "
                                 f"{1.0 / budget.per_s:g} s (server.hotword_changes); this frame was not applied")
+        return hotwords
 
     def applied(self, hotwords: list[str] | None) -> None:
         """The frame's settings are in force now."""

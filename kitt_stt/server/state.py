@@ -41,6 +41,7 @@ class ServiceState:
     draining: bool = False
     load_error: str | None = None
     warm_up_ms: float = 0.0
+    freeze_gc_when_ready: bool = False  # gc.freeze() after the warm-up (server/app.py says why)
     _drain: asyncio.Task[None] | None = None
 
     @property
