@@ -197,6 +197,30 @@ async def test_a_socket_that_does_not_drain_ends_its_session(stalling: RunningSe
     assert server.log().count("client does not read its frames (stall") == 1
 
 
+@pytest.fixture(scope="module")
+def slow_reader(tmp_path_factory: pytest.TempPathFactory, model_cache: Path) -> Iterator[RunningServer]:
+    """A server that reads at most 64 KiB a second from one connection."""
+    overrides = {"server": {"max_read_bytes_per_s": 65536, "max_messages_per_s": 1_000_000}}
+    with run_server(tmp_path_factory.mktemp("bytes"), model_cache, overrides) as running:
+        yield running
+
+
+async def test_reads_are_paced_in_bytes(slow_reader: RunningServer) -> None:
+    """300 pings of ~1 KB are ~300 KB: past the first second's 64 KiB, 64 KiB a second (a lower
+    bound on the time, which load cannot make flaky)."""
+    async with connect(slow_reader.url) as session:
+        started = time.monotonic()
+        for index in range(300):
+            await session.ping([index, PING_ID])
+        frames = await collect_until(session, lambda got: len(got) == 300, timeout=30)
+        elapsed = time.monotonic() - started
+    assert [f["id"][0] for f in frames] == list(range(300))  # nothing dropped, in order
+    assert elapsed > 3.0, elapsed
+    async with connect(slow_reader.url) as other:  # another connection has its own budget
+        await other.ping("quick")
+        assert (await collect_until(other, lambda got: bool(got), timeout=2))[0]["id"] == "quick"
+
+
 # ----- hotwords ---------------------------------------------------------------------------------------
 
 
