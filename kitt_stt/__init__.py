@@ -6,7 +6,13 @@ Subpackages, by concern: ``config`` (schema and loader), ``protocol`` (wire fram
 ``server`` (FastAPI/uvicorn), ``client`` (Python client and ``transcribe``), ``models``
 (registry, downloads, generated models), ``observability`` (trace, metrics, debug logs, log
 redaction), ``ops`` (host probes, the TensorRT engine cache, ``doctor``).
-Top-level modules: ``cli`` (the ``kitt-stt`` command), ``hotwords`` (hotword syntax), ``logs``.
+Top-level modules: ``cli`` (the ``kitt-stt`` command), ``hotwords`` (hotword syntax), ``logs``,
+``quote`` (client text in messages, bounded).
 """
 
-__version__ = "0.2.0"
+from importlib import metadata as _metadata
+
+try:  # one source: the version in pyproject.toml, as installed (the API docs show it)
+    __version__ = _metadata.version("kitt-stt")
+except _metadata.PackageNotFoundError:  # a source tree on sys.path that was never installed
+    __version__ = "0+unknown"

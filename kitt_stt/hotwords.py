@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kitt_stt.quote import quoted
+
 DEFAULT_BOOST = 1.5
 MAX_HOTWORDS = 1000
 MAX_HOTWORD_CHARS = 64
@@ -30,9 +32,9 @@ def parse_hotword(entry: str) -> Hotword:
         boost = _parse_boost(entry, boost_text)
     text = text.strip()
     if not text:
-        raise ValueError(f"hotword {entry!r} is empty")
+        raise ValueError(f"hotword {quoted(entry)} is empty")
     if len(text) > MAX_HOTWORD_CHARS:
-        raise ValueError(f"hotword {entry!r} is longer than {MAX_HOTWORD_CHARS} characters")
+        raise ValueError(f"hotword {quoted(entry)} is longer than {MAX_HOTWORD_CHARS} characters")
     return Hotword(text, boost)
 
 
@@ -41,16 +43,18 @@ def _parse_boost(entry: str, boost_text: str) -> float:
     try:
         boost = float(boost_text)
     except ValueError:
-        raise ValueError(f"hotword {entry!r}: boost after the last ':' must be a number; "
+        raise ValueError(f"hotword {quoted(entry)}: boost after the last ':' must be a number; "
                          f"{_colon_hint(entry)}") from None
     if not 0.0 < boost <= 20.0:
-        raise ValueError(f"hotword {entry!r}: boost after the last ':' must be in (0, 20]; {_colon_hint(entry)}")
+        raise ValueError(f"hotword {quoted(entry)}: boost after the last ':' must be in (0, 20]; "
+                         f"{_colon_hint(entry)}")
     return boost
 
 
 def _colon_hint(entry: str) -> str:
     """How to write ``entry`` if its colon belongs to the word (the commonest cause of a bad boost)."""
-    return f"a hotword containing ':' needs an explicit boost, e.g. {entry + ':' + str(DEFAULT_BOOST)!r}"
+    example = entry + ":" + str(DEFAULT_BOOST) if len(entry) <= MAX_HOTWORD_CHARS else "12:30:1.5"  # bounded
+    return f"a hotword containing ':' needs an explicit boost, e.g. {example!r}"
 
 
 def parse_hotwords(entries: list[str]) -> tuple[Hotword, ...]:

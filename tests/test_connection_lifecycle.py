@@ -38,7 +38,7 @@ class FakeSocket:
     async def send_bytes(self, payload: bytes) -> None:
         self.sent.append(msgpack.unpackb(payload))
 
-    async def close(self, code: int) -> None:
+    async def close(self, code: int, reason: str = "") -> None:
         self.closed_with = code
 
 

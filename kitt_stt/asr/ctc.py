@@ -16,14 +16,22 @@ and skipping it saves an exp over the whole vocabulary (25k entries per frame fo
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from kitt_stt.hotwords import Hotword
 
 NEG_INF = float("-inf")
+# Building a trie is pure Python that holds the GIL: for the largest list (1000 words of 64
+# tokens, ~0.1-0.3 s here) the event loop would wait up to the interpreter's 5 ms switch interval
+# at every wake-up, and a bystander's ping p99 rose ~40x.  Every few words the builder sleeps a
+# moment, so a thread waiting for the GIL (the loop) gets it at once (utils/performance/hotword_flood_bench.py).
+GIL_BREAK_EVERY = 8
+GIL_BREAK_S = 0.0001
 CANDIDATES_PER_FRAME = 8
 HOTWORD_FLOOR = -8.0  # natural-log units below the frame's best token
 
@@ -57,51 +65,92 @@ def greedy(logits: np.ndarray, length: int, blank: int = 0) -> CtcResult:
     return CtcResult(tokens, frames)
 
 
-@dataclass
-class _Node:
-    children: dict[int, _Node] = field(default_factory=dict)
-    boost: float = 0.0
-    is_end: bool = False
-
-
 class HotwordTrie:
-    """Hotwords as token-id sequences; each node knows the boost of the words through it."""
+    """Hotwords as token-id sequences; each node knows the boost of the words through it.
+
+    Nodes are ints (0 is the root) indexing flat lists, not objects: the largest list a client
+    may send makes ~64,000 nodes, and as objects they were what the garbage collector walked on
+    every full collection, for every cached trie (stalls of ~0.25 s on the event loop).  Dicts
+    of ints are not tracked by the collector at all.
+    """
+
+    ROOT = 0
 
     def __init__(self, entries: Sequence[tuple[Sequence[int], float]]) -> None:
-        self.root = _Node()
-        for token_ids, boost in entries:
+        self.children: list[dict[int, int]] = [{}]
+        self.boost: list[float] = [0.0]
+        self.is_end: list[bool] = [False]
+        for count, (token_ids, boost) in enumerate(entries, start=1):
+            if count % GIL_BREAK_EVERY == 0:
+                time.sleep(GIL_BREAK_S)  # see GIL_BREAK_EVERY
             if not token_ids:
                 continue
-            node = self.root
+            node = self.ROOT
             for token in token_ids:
-                node = node.children.setdefault(token, _Node())
-                node.boost = max(node.boost, boost)
-            node.is_end = True
+                child = self.children[node].get(token)
+                if child is None:
+                    child = self.children[node][token] = len(self.children)
+                    self.children.append({})
+                    self.boost.append(0.0)
+                    self.is_end.append(False)
+                node = child
+                if boost > self.boost[node]:
+                    self.boost[node] = boost
+            self.is_end[node] = True
 
     def __bool__(self) -> bool:
-        return bool(self.root.children)
+        return bool(self.children[self.ROOT])
 
 
-def tokenize_hotword(word: Hotword, vocabulary: dict[str, int]) -> list[int]:
+class PieceIndex:
+    """The vocabulary as a character trie: the longest token at a position in one walk.
+
+    Clients choose hotwords, so tokenising them must be cheap: trying every substring length at
+    every position made a list of 1000 64-character words cost ~0.5 s of the GIL, while a walk
+    stops as soon as no token continues (a few steps for real words).  Built once per engine.
+    """
+
+    def __init__(self, vocabulary: Mapping[str, int]) -> None:
+        self._root: dict[str | None, Any] = {}
+        for token, index in vocabulary.items():
+            node = self._root
+            for char in token:
+                node = node.setdefault(char, {})
+            node[None] = index  # None marks "a token ends here" (never a character)
+
+    def longest(self, text: str, start: int, prefix: str = "") -> tuple[int, int] | None:
+        """(token id, end) of the longest token that is ``prefix`` + ``text[start:end]``, or None."""
+        node: dict[str | None, Any] | None = self._root
+        for char in prefix:
+            node = node.get(char) if node is not None else None
+        best = None
+        position = start
+        while node is not None and position < len(text):
+            node = node.get(text[position])
+            position += 1
+            if node is not None and None in node:
+                best = (node[None], position)
+        return best
+
+
+def tokenize_hotword(word: Hotword, vocabulary: Mapping[str, int] | PieceIndex) -> list[int]:
     """Greedy longest match of the hotword's text against the vocabulary.
 
     SentencePiece vocabularies mark word starts with '▁', so each space-separated word is tried
-    with that prefix first.  Characters that match nothing are skipped (and reported by
-    returning fewer tokens; an empty list means the word cannot be biased).
+    with that prefix first (at equal length the marked piece wins).  Characters that match nothing
+    are skipped (and reported by returning fewer tokens; an empty list means the word cannot be
+    biased).  Pass a ``PieceIndex`` when tokenising many words with one vocabulary.
     """
+    index = vocabulary if isinstance(vocabulary, PieceIndex) else PieceIndex(vocabulary)
     ids: list[int] = []
     for word_text in word.text.split():
         position, first = 0, True
         while position < len(word_text):
-            match = None
-            for end in range(len(word_text), position, -1):
-                piece = word_text[position:end]
-                for candidate in ((f"▁{piece}", piece) if first else (piece,)):
-                    if candidate in vocabulary:
-                        match = (vocabulary[candidate], end)
-                        break
-                if match:
-                    break
+            match = index.longest(word_text, position)
+            if first:
+                marked = index.longest(word_text, position, "▁")
+                if marked is not None and (match is None or marked[1] >= match[1]):
+                    match = marked
             if match is None:
                 position += 1
             else:
@@ -111,11 +160,27 @@ def tokenize_hotword(word: Hotword, vocabulary: dict[str, int]) -> list[int]:
     return ids
 
 
+def tokenize_hotwords(hotwords: Sequence[Hotword],
+                      pieces: PieceIndex) -> tuple[list[tuple[list[int], float]], list[str]]:
+    """``HotwordTrie`` entries for ``hotwords``, and the texts of those with no token in the
+    vocabulary (they cannot be biased; the caller reports them, once per list)."""
+    entries: list[tuple[list[int], float]] = []
+    unmatched: list[str] = []
+    for count, word in enumerate(hotwords, start=1):
+        if count % GIL_BREAK_EVERY == 0:
+            time.sleep(GIL_BREAK_S)  # see GIL_BREAK_EVERY
+        ids = tokenize_hotword(word, pieces)
+        if not ids:
+            unmatched.append(word.text)
+        entries.append((ids, word.boost))
+    return entries, unmatched
+
+
 @dataclass
 class _Hyp:
     p_blank: float = NEG_INF
     p_token: float = NEG_INF
-    node: _Node | None = None  # position in the hotword trie (None: root)
+    node: int | None = None  # position in the hotword trie (None: root)
     partial: float = 0.0  # bonus of the current, unfinished hotword match
     bonus: float = 0.0  # total hotword bonus, partial included
     frames: tuple[int, ...] = ()
@@ -129,22 +194,22 @@ class _Hyp:
         return self.acoustic + self.bonus
 
 
-def _advance(trie: HotwordTrie, hyp: _Hyp, token: int) -> tuple[_Node | None, float, float]:
+def _advance(trie: HotwordTrie, hyp: _Hyp, token: int) -> tuple[int | None, float, float]:
     """Trie state after emitting ``token``: (node, partial bonus, total bonus)."""
-    node = hyp.node or trie.root
-    child = node.children.get(token)
+    node = trie.ROOT if hyp.node is None else hyp.node
+    child = trie.children[node].get(token)
     bonus, partial = hyp.bonus, hyp.partial
-    if child is None and node is not trie.root:
+    if child is None and node != trie.ROOT:
         bonus -= partial  # the partial match failed: take its bonus back
         partial = 0.0
-        child = trie.root.children.get(token)
+        child = trie.children[trie.ROOT].get(token)
     if child is None:
         return None, partial, bonus
-    partial += child.boost
-    bonus += child.boost
-    if child.is_end:
+    partial += trie.boost[child]
+    bonus += trie.boost[child]
+    if trie.is_end[child]:
         partial = 0.0  # a finished match keeps its bonus for good
-        if not child.children:
+        if not trie.children[child]:
             return None, partial, bonus
     return child, partial, bonus
 
@@ -159,7 +224,8 @@ def beam_search(logits: np.ndarray, length: int, beam: int, trie: HotwordTrie | 
     tops = np.argpartition(frames, -keep, axis=-1)[:, -keep:]
     floor_array = frames.max(axis=-1) + HOTWORD_FLOOR
     floors = floor_array.tolist()
-    starts = np.array(sorted(t for t in (trie.root.children if trie else {}) if 0 <= t < frames.shape[-1]), dtype=int)
+    first_tokens = trie.children[trie.ROOT] if trie else {}
+    starts = np.array(sorted(t for t in first_tokens if 0 <= t < frames.shape[-1]), dtype=int)
     start_ok = frames[:, starts] > floor_array[:, None] if starts.size else None
     hyps: dict[tuple[int, ...], _Hyp] = {(): _Hyp(p_blank=0.0)}
     for t in range(frames.shape[0]):
@@ -184,7 +250,7 @@ def beam_search(logits: np.ndarray, length: int, beam: int, trie: HotwordTrie | 
             stay.p_blank = _logaddexp(stay.p_blank, total + row[blank])
             candidates = set(common)
             if trie:
-                extra = set(hyp.node.children) if hyp.node else set()
+                extra = set(trie.children[hyp.node]) if hyp.node is not None else set()
                 extra.update(frame_starts)
                 for token in extra - candidates:
                     if 0 <= token < frame.shape[0] and (score := float(frame[token])) > floors[t]:

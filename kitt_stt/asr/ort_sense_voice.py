@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnxruntime as ort
 
-from kitt_stt.asr.ctc import HotwordTrie, beam_search, greedy, tokenize_hotword
+from kitt_stt.asr.ctc import HotwordTrie, PieceIndex, beam_search, greedy, tokenize_hotwords
 from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult, EngineInfo, StageTimer
 from kitt_stt.asr.features import FeatureStream, apply_lfr, log_mel
 from kitt_stt.asr.providers import check_active, check_available, provider_chain
@@ -27,6 +27,7 @@ from kitt_stt.asr.sense_voice_model import LANGUAGES, SenseVoiceModel, read_toke
 from kitt_stt.asr.text import strip_tags, tag_value
 from kitt_stt.config.schema import AsrConfig, Provider
 from kitt_stt.hotwords import Hotword
+from kitt_stt.quote import quoted
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ class OrtSenseVoiceEngine(AsrEngine):
     def __init__(self, model: SenseVoiceModel, kind: str, config: AsrConfig) -> None:
         meta = model.metadata
         raw_tokens = read_tokens(model.tokens_path)
-        self._vocabulary = {token: index for index, token in enumerate(raw_tokens)}
+        self._pieces = PieceIndex({token: index for index, token in enumerate(raw_tokens)})
         self._tokens = [token.replace("▁", " ") for token in raw_tokens]  # as sherpa-onnx's symbol table
         self._neg_mean = np.array([float(v) for v in meta["neg_mean"].split(",")], dtype=np.float32)
         self._inv_stddev = np.array([float(v) for v in meta["inv_stddev"].split(",")], dtype=np.float32)
@@ -144,10 +145,9 @@ class OrtSenseVoiceEngine(AsrEngine):
         )
 
     def _build_trie(self, hotwords: tuple[Hotword, ...]) -> HotwordTrie:
-        entries = []
-        for word in hotwords:
-            ids = tokenize_hotword(word, self._vocabulary)
-            if not ids:
-                log.warning("hotword %r has no tokens in this model's vocabulary; ignored", word.text)
-            entries.append((ids, word.boost))
+        entries, unmatched = tokenize_hotwords(hotwords, self._pieces)
+        if unmatched:  # one line per list: a list of 1000 unknown words once logged 1000 lines
+            shown = ", ".join(quoted(text) for text in unmatched[:5])
+            log.warning("%d of %d hotwords have no tokens in this model's vocabulary and are ignored: %s%s",
+                        len(unmatched), len(hotwords), shown, ", …" if len(unmatched) > 5 else "")
         return HotwordTrie(entries)

@@ -29,6 +29,7 @@ from kitt_stt.config.schema import AppConfig
 log = logging.getLogger(__name__)
 
 CONSOLE_PATH = "/console/"
+READ_METHODS = ["GET", "HEAD"]
 HERE = Path(__file__).resolve().parent
 STATIC_DIR = HERE / "static"
 MSGPACK_DIR = HERE / "node_modules" / "@msgpack" / "msgpack"
@@ -77,20 +78,21 @@ def mount_console(app: FastAPI, config: AppConfig, msgpack_dir: Path = MSGPACK_D
         response = FileResponse(path, media_type=media_type, stat_result=path.stat(), headers=CONSOLE_HEADERS)
         return static.not_modified(response, request.headers) or response
 
-    @app.get("/", include_in_schema=False)
-    @app.get("/console", include_in_schema=False)
+    # GET and HEAD alike (a HEAD is how monitors and `curl -I` check that the console is up)
+    @app.api_route("/", methods=READ_METHODS, include_in_schema=False)
+    @app.api_route("/console", methods=READ_METHODS, include_in_schema=False)
     async def to_console() -> RedirectResponse:
         return RedirectResponse(CONSOLE_PATH, headers=CONSOLE_HEADERS)
 
-    @app.get(CONSOLE_PATH, include_in_schema=False)
+    @app.api_route(CONSOLE_PATH, methods=READ_METHODS, include_in_schema=False)
     async def console_page(request: Request) -> Response:
         return file(STATIC_DIR / "index.html", request)
 
-    @app.get(CONSOLE_PATH + "settings.json", include_in_schema=False)
+    @app.api_route(CONSOLE_PATH + "settings.json", methods=READ_METHODS, include_in_schema=False)
     async def console_settings() -> JSONResponse:
         return JSONResponse(settings, headers=CONSOLE_HEADERS)
 
-    @app.get(CONSOLE_PATH + "vendor/{name}", include_in_schema=False)
+    @app.api_route(CONSOLE_PATH + "vendor/{name}", methods=READ_METHODS, include_in_schema=False)
     async def console_vendor(name: str, request: Request) -> Response:
         relative = VENDOR_FILES.get(name)
         if relative is None:

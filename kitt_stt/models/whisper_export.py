@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kitt_stt.logs import root_info_silenced
 from kitt_stt.models.checksums import sha256_file
 from kitt_stt.models.ct2_reader import Ct2Model, read_ct2_model
 from kitt_stt.models.onnx_metadata import set_file_metadata
@@ -257,7 +258,8 @@ def convert_whisper(model_bin: Path, vocabulary: Path, out_dir: Path, prefix: st
     written[fp32["encoder"].name] = fp32["encoder"]
     decoder_int8 = out_dir / f"{prefix}-decoder.int8.onnx"
     say("quantising the decoder to int8")
-    quantize_dynamic(str(fp32["decoder"]), str(decoder_int8), weight_type=QuantType.QInt8)
+    with root_info_silenced("onnxruntime.quantization"):  # ~60 INFO lines on the root logger otherwise
+        quantize_dynamic(str(fp32["decoder"]), str(decoder_int8), weight_type=QuantType.QInt8)
     written[decoder_int8.name] = decoder_int8
     if keep_fp32:
         written[fp32["decoder"].name] = fp32["decoder"]

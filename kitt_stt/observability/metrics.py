@@ -11,6 +11,8 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 
+from kitt_stt.protocol.frames import CommitFrame, ErrorFrame, FinalFrame, ServerFrame
+
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
 DECODE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 
@@ -41,12 +43,27 @@ class Metrics:
                                      buckets=LATENCY_BUCKETS, registry=registry)
         self.commits = Counter("kitt_commits_total", "Turn commits", ["reason"], registry=registry)
         self.errors = Counter("kitt_errors_total", "Error frames sent", ["code"], registry=registry)
+        self.slow_consumers = Counter("kitt_slow_consumers_total",
+                                      "Sessions closed because the client did not read its frames", ["reason"],
+                                      registry=registry)
         self.turn_model = Histogram("kitt_turn_model_seconds", "End-of-turn features + model per decision",
                                     buckets=DECODE_BUCKETS, registry=registry)
         self.model_load = Gauge("kitt_model_load_seconds", "Time to load the models at start-up",
                                 registry=registry)
         self.warm_up = Gauge("kitt_warm_up_seconds", "Time of the start-up warm-up decode", registry=registry)
         self.trace_events = Gauge("kitt_trace_events", "Events retained by the tracer", registry=registry)
+
+    def observe_frame_out(self, frame: ServerFrame, kind: str) -> None:
+        """A frame queued for a client: counted, and its latencies or error code recorded."""
+        self.frames_out.labels(kind).inc()
+        if isinstance(frame, FinalFrame):
+            self.final_latency.observe(frame.server_latency_ms / 1000.0)
+        elif isinstance(frame, CommitFrame):
+            decision = frame.metadata["eot"]["decision"]
+            self.commits.labels(decision["reason"]).inc()
+            self.eot_latency.observe(decision["wait_ms"] / 1000.0)
+        elif isinstance(frame, ErrorFrame):
+            self.errors.labels(frame.code).inc()
 
     def bind(self, queue_depth: Callable[[], float], buffered_bytes: Callable[[], float],
              connections: Callable[[], float], seats: Callable[[], float],

@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 from kitt_stt.protocol.errors import ErrorCode, ProtocolError
 from kitt_stt.protocol.frames import CLIENT_FRAME_TYPES, ClientFrame, ServerFrame, printable
+from kitt_stt.quote import quoted
 
 # Bounds for msgpack itself, so a hostile frame cannot make the unpacker allocate wildly.
 _UNPACK_LIMITS: dict[str, int] = {
@@ -33,9 +34,11 @@ def decode_client_frame(payload: bytes) -> ClientFrame:
     if not isinstance(frame_type, str):
         raise ProtocolError(ErrorCode.BAD_FRAME, "a frame needs a string field 'type'", seat)
     model = CLIENT_FRAME_TYPES.get(frame_type)
+    if model is not None and "seat" not in data:
+        seat = _default_seat(model)  # an audio frame without a seat is the "default" seat's
     if model is None:
         known = ", ".join(CLIENT_FRAME_TYPES)
-        raise ProtocolError(ErrorCode.BAD_FRAME, f"unknown frame type {frame_type[:40]!r}; known: {known}", seat)
+        raise ProtocolError(ErrorCode.BAD_FRAME, f"unknown frame type {quoted(frame_type)}; known: {known}", seat)
     try:
         return model.model_validate(data)
     except ValidationError as exc:
@@ -51,6 +54,12 @@ def _echoable_seat(value: object) -> str | None:
         return printable(value)
     except ValueError:
         return None
+
+
+def _default_seat(model: type[ClientFrame]) -> str | None:
+    """The seat a frame of this type means when it names none: ``"default"``, or None (finalize: all)."""
+    field = model.model_fields.get("seat")
+    return field.default if field is not None and isinstance(field.default, str) else None
 
 
 def _field_message(frame_type: str, error: ValidationError) -> str:

@@ -13,6 +13,7 @@ class ErrorCode(StrEnum):
     RATE_LIMITED = "rate_limited"
     OVERLOADED = "overloaded"
     IDLE_TIMEOUT = "idle_timeout"
+    SLOW_CONSUMER = "slow_consumer"
     UNAUTHORIZED = "unauthorized"
     INTERNAL = "internal"
 

@@ -1,2 +1,5 @@
-"""The network side: shared service state (``state``), one WebSocket session (``connection``),
-the FastAPI app with health endpoints (``app``), and uvicorn with graceful drain (``runner``)."""
+"""The network side: shared service state (``state``), one WebSocket session (``connection``) with
+its outbound queue (``outbox``), audio-frame checks (``audio_checks``), text-stage updates
+(``stage_updates``), the hotword-change budget (``hotword_changes``) and failure reporting
+(``failures``); the FastAPI app with health endpoints (``app``), bearer-token checks (``auth``),
+the API docs (``api_docs``), and uvicorn with graceful drain (``runner``)."""

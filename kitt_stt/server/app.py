@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
+import gc
 import logging
 import threading
 import time
@@ -22,6 +22,7 @@ from fastapi import FastAPI, Request, WebSocket
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from kitt_stt import __version__
 from kitt_stt.asr.engine import AsrEngine
 from kitt_stt.asr.factory import EnginePlan, PendingEngine
 from kitt_stt.config.schema import AppConfig
@@ -33,6 +34,8 @@ from kitt_stt.protocol.codec import encode_server_frame
 from kitt_stt.protocol.errors import ErrorCode
 from kitt_stt.protocol.frames import ErrorFrame
 from kitt_stt.scheduler import InferenceScheduler, Priority
+from kitt_stt.server.api_docs import mount_api_docs
+from kitt_stt.server.auth import authorisation_failure, bearer_refusal, debug_refusal
 from kitt_stt.server.connection import CLOSE_TRY_AGAIN_LATER, Connection
 from kitt_stt.server.openai_routes import openai_router
 from kitt_stt.server.state import ServiceState
@@ -89,8 +92,12 @@ def create_app(config: AppConfig, engine: AsrEngine | EnginePlan, turn_model: Tu
                 writer.stop()
                 await asyncio.to_thread(writer.write_now)
 
-    app = FastAPI(title="kitt-stt", lifespan=lifespan)
+    # FastAPI's own /docs, /redoc and /openapi.json would be open whatever server.auth_token says
+    app = FastAPI(title="kitt-stt", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
+                  openapi_url=None)
     app.state.service = state
+    if config.server.api_docs:
+        mount_api_docs(app, config.server)
     if config.server.console:
         mount_console(app, config)
     app.include_router(openai_router(state))  # /v1/audio/transcriptions, /v1/models (docs/integrations.md)
@@ -121,38 +128,44 @@ def create_app(config: AppConfig, engine: AsrEngine | EnginePlan, turn_model: Tu
     @app.get("/metrics")
     async def prometheus_metrics(request: Request) -> Response:
         if config.server.metrics_auth:
-            refusal = _bearer_refusal(request.headers.get("authorization", ""), config.server.auth_token or "")
+            refusal = bearer_refusal(request.headers.get("authorization", ""), config.server.auth_token or "")
             if refusal is not None:
                 return refusal
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/debug/logs")
     async def debug_logs(request: Request) -> Response:
-        refusal = _debug_refusal(request, config.debug.logs_enabled and log_buffer is not None, config.debug.token)
+        refusal = debug_refusal(request, config.debug.logs_enabled and log_buffer is not None, config.debug.token)
         if refusal is not None or log_buffer is None:
             return refusal or PlainTextResponse("not found", status_code=404)
         return PlainTextResponse("\n".join(log_buffer.lines()) + "\n", media_type="application/x-ndjson")
 
     @app.get("/debug/trace")
     async def debug_trace(request: Request) -> Response:
-        refusal = _debug_refusal(request, config.debug.trace_enabled and tracer is not None, config.debug.token)
+        refusal = debug_refusal(request, config.debug.trace_enabled and tracer is not None, config.debug.token)
         if refusal is not None or tracer is None:
             return refusal or PlainTextResponse("not found", status_code=404)
         body = await asyncio.to_thread(tracer.render_snapshot)
         return Response(body, media_type="application/json")
 
     @app.post("/debug/tracing")
-    async def debug_tracing(request: Request, enabled: bool) -> Response:
-        """Pause or resume span recording (same token as /debug/trace), e.g. for on/off A/B runs."""
-        refusal = _debug_refusal(request, config.debug.trace_enabled and tracer is not None, config.debug.token)
+    async def debug_tracing(request: Request) -> Response:
+        """Pause or resume span recording (same token as /debug/trace), e.g. for on/off A/B runs.
+
+        ``?enabled=`` is read after the token check: a request without the token learns nothing
+        about the endpoint's parameters (FastAPI's validation would answer 422 first)."""
+        refusal = debug_refusal(request, config.debug.trace_enabled and tracer is not None, config.debug.token)
         if refusal is not None or tracer is None:
             return refusal or PlainTextResponse("not found", status_code=404)
+        enabled = _query_bool(request.query_params.get("enabled"))
+        if enabled is None:
+            return PlainTextResponse("enabled=true or enabled=false is required", status_code=422)
         tracer.enabled = enabled
         return JSONResponse({"enabled": tracer.enabled})
 
     @app.websocket(config.server.path)
     async def stt(websocket: WebSocket) -> None:
-        refusal = _authorisation_failure(websocket, config.server.auth_token)
+        refusal = authorisation_failure(websocket, config.server.auth_token)
         if refusal is not None:
             await websocket.send_denial_response(refusal)
             return
@@ -227,7 +240,21 @@ async def _load_and_warm_up(state: ServiceState, plan: EnginePlan | None, load_s
         state.load_error = f"{stage} failed: {exc}"
         log.exception("the ASR engine could not be made ready (%s); /healthz and /readyz report failed", stage)
         return
+    # Everything loaded so far lives as long as the process: out of the collector's sight, a full
+    # collection walks only what sessions allocate (it walked it all, holding the GIL for ~0.1 s
+    # each time a hotword flood triggered one; utils/performance/hotword_flood_bench.py).
+    if state.freeze_gc_when_ready:  # the served process only (runner.run): not a test's
+        await asyncio.to_thread(gc.collect)
+        gc.freeze()
     state.ready = not state.draining
+
+
+def _query_bool(value: str | None) -> bool | None:
+    """A boolean query parameter as FastAPI reads one (true/false, 1/0, yes/no, on/off), else None."""
+    if value is None:
+        return None
+    return {"true": True, "1": True, "yes": True, "on": True,
+            "false": False, "0": False, "no": False, "off": False}.get(value.lower())
 
 
 def _cannot_accept(state: ServiceState, address: str) -> tuple[str, str] | None:
@@ -245,34 +272,3 @@ def _cannot_accept(state: ServiceState, address: str) -> tuple[str, str] | None:
     if per_ip is not None and state.connections_per_ip[address] >= per_ip:
         return "per_address", f"this address already has {per_ip} sessions (server.max_connections_per_client_ip)"
     return None
-
-
-def _debug_refusal(request: Request, enabled: bool, token: str | None) -> Response | None:
-    """404 when the endpoint is off; 401 without the debug token, 403 with a wrong one."""
-    if not enabled or not token:
-        return PlainTextResponse("not found", status_code=404)
-    return _bearer_refusal(request.headers.get("authorization", ""), token)
-
-
-def _bearer_refusal(header: str, token: str) -> PlainTextResponse | None:
-    """401 without ``Authorization: Bearer``, 403 with a token other than ``token``."""
-    return _token_refusal(header[7:].strip() if header.lower().startswith("bearer ") else None, token)
-
-
-def _token_refusal(offered: str | None, token: str) -> PlainTextResponse | None:
-    if not offered:
-        return PlainTextResponse("unauthorized: bearer token required", status_code=401)
-    if not hmac.compare_digest(offered.encode(), token.encode()):
-        return PlainTextResponse("forbidden: invalid token", status_code=403)
-    return None
-
-
-def _authorisation_failure(websocket: WebSocket, token: str | None) -> PlainTextResponse | None:
-    """401 without a token, 403 with a wrong one (``Authorization: Bearer`` or ``?token=``)."""
-    if not token:
-        return None
-    offered = websocket.query_params.get("token")
-    header = websocket.headers.get("authorization", "")
-    if header.lower().startswith("bearer "):
-        offered = header[7:].strip()
-    return _token_refusal(offered, token)

@@ -1,8 +1,10 @@
 """One WebSocket session: decode client frames, route them to seats, send server frames in order.
 
-Inbound frames are handled one at a time on the event loop; a bad frame yields one ``error``
-frame and the session goes on.  Outbound frames go through one queue drained by one sender
-task, so frames leave in exactly the order the pipeline emitted them.
+Inbound frames are handled one at a time on the event loop, read at most
+``server.max_messages_per_s`` messages and ``server.max_read_bytes_per_s`` bytes a second; a
+bad frame yields one ``error`` frame and the session goes on.  Outbound frames go through the
+session's ``Outbox`` (one queue, one sender: frames leave in the order the pipeline emitted
+them); a client that does not read them is closed as a slow consumer (``server/outbox.py``).
 
 Ending a session: a client ``close`` or a server drain (SIGTERM) flushes every seat (finals,
 then commits with reason ``stop``) and closes with 1000.  While that flush runs the receive loop
@@ -16,12 +18,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import Iterable
-from typing import TypeVar
+from functools import partial
 
 import numpy as np
-from pydantic import BaseModel, ValidationError
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from kitt_stt.audio.vad import EndReason
@@ -30,7 +32,7 @@ from kitt_stt.observability.logbuffer import session_id as session_context
 from kitt_stt.observability.trace import Track
 from kitt_stt.pipeline.admission import Admission
 from kitt_stt.pipeline.eot import EotPolicy, HoldRule, SilenceTimeoutPolicy, TurnSensePolicy
-from kitt_stt.pipeline.rate_limit import AudioRateLimiter, MessagePacer
+from kitt_stt.pipeline.rate_limit import AudioRateLimiter, MessagePacer, TokenBucket
 from kitt_stt.pipeline.seat import SeatObservers, SeatPipeline
 from kitt_stt.pipeline.settings import SessionSettings
 from kitt_stt.protocol.codec import decode_client_frame, encode_server_frame
@@ -39,10 +41,8 @@ from kitt_stt.protocol.frames import (
     AudioFrame,
     ClientFrame,
     CloseFrame,
-    CommitFrame,
     ConfigureFrame,
     ErrorFrame,
-    FinalFrame,
     FinalizeFrame,
     Limits,
     ModelInfo,
@@ -51,19 +51,19 @@ from kitt_stt.protocol.frames import (
     ReadyFrame,
     ServerFrame,
     StartFrame,
-    TextFields,
     VadFrame,
-    WakeFields,
 )
+from kitt_stt.quote import quoted
+from kitt_stt.server.audio_checks import SAMPLE_RATE, checked_pcm_bytes
+from kitt_stt.server.failures import flush_all, log_task_failure
+from kitt_stt.server.hotword_changes import HotwordChanges
+from kitt_stt.server.outbox import Outbox, OutboxLimits, Outgoing, Overflow
+from kitt_stt.server.stage_updates import updated_stage
 from kitt_stt.server.state import ServiceState
-from kitt_stt.text import TextSettings, TextStage, WakeSettings
-
-SettingsT = TypeVar("SettingsT", bound=BaseModel)
+from kitt_stt.text import TextStage
 
 log = logging.getLogger(__name__)
 
-SAMPLE_RATE = 16000
-BYTES_PER_10MS = SAMPLE_RATE // 100 * 2
 CLOSE_NORMAL = 1000
 CLOSE_POLICY_VIOLATION = 1008  # idle timeout
 CLOSE_TRY_AGAIN_LATER = 1013
@@ -83,15 +83,20 @@ class Connection:
         )
         self._seats: dict[str, SeatPipeline] = {}
         self._limiters: dict[str, AudioRateLimiter] = {}
-        self._outbox: asyncio.Queue[tuple[bytes, str, str | None] | None] = asyncio.Queue()
-        self._outbox_bytes = 0
+        server = self._config.server
+        self._outbox = Outbox(OutboxLimits(server.outbound_queue_frames, server.max_outbox_bytes, server.send_stall_s),
+                              self._on_overflow)
         self._metrics = state.metrics
         self._tracer = state.tracer
         self._pid = self._tracer.new_process(f"session {self.session_id[:8]}") if self._tracer else 0
         self._track = Track(self._pid, 0)
         self._sender: asyncio.Task[None] | None = None
+        self._reader: asyncio.Task[None] | None = None
         self._admission = Admission(self._config, state.scheduler, self)
-        self._pacer = MessagePacer(self._config.server.max_messages_per_s)
+        self._pacer = MessagePacer(server.max_messages_per_s)
+        self._byte_pacer = TokenBucket(server.max_read_bytes_per_s, server.max_read_bytes_per_s)  # bytes, likewise
+        self._bytes_paid_at = 0.0
+        self._hotword_changes = HotwordChanges(server.hotword_changes, asr.hotwords)
         self._finished = asyncio.Event()
         self._closing = False  # the socket is going away: stop reading
         self._draining = False  # seats are being flushed: read and discard
@@ -101,45 +106,42 @@ class Connection:
     # ----- outbound ----------------------------------------------------------------------------
 
     def send(self, frame: ServerFrame) -> None:
-        if self._finished.is_set():
-            return
-        if self._outbox.qsize() >= self._config.server.outbound_queue_frames:
-            if not self._closing:
-                log.warning("session %s: client does not read its frames; closing", self.session_id)
-                self._closing = True
-                self._aborting = asyncio.get_running_loop().create_task(self._close_socket(CLOSE_TRY_AGAIN_LATER))
+        if self._finished.is_set() or self._outbox.overflowed:
             return
         payload = encode_server_frame(frame)
         kind = frame.type  # type: ignore[attr-defined]
-        self._observe_outbound(frame, kind)
-        self._outbox_bytes += len(payload)
-        self._outbox.put_nowait((payload, kind, getattr(frame, "seat", None)))
+        if self._outbox.put(Outgoing(payload, kind, getattr(frame, "seat", None))):
+            self._metrics.observe_frame_out(frame, kind)
 
-    def _observe_outbound(self, frame: ServerFrame, kind: str) -> None:
-        metrics = self._metrics
-        metrics.frames_out.labels(kind).inc()
-        if isinstance(frame, FinalFrame):
-            metrics.final_latency.observe(frame.server_latency_ms / 1000.0)
-        elif isinstance(frame, CommitFrame):
-            decision = frame.metadata["eot"]["decision"]
-            metrics.commits.labels(decision["reason"]).inc()
-            metrics.eot_latency.observe(decision["wait_ms"] / 1000.0)
-        elif isinstance(frame, ErrorFrame):
-            metrics.errors.labels(frame.code).inc()
+    def _on_overflow(self, reason: Overflow, dropped_bytes: int) -> None:
+        """The client does not read: drop its queue, tell it why if it ever reads again, close."""
+        server = self._config.server
+        log.warning("session %s: client does not read its frames (%s: %d bytes queued; limits %d frames, %d bytes, "
+                    "%g s without draining); closing with %d (slow_consumer)", self.session_id, reason, dropped_bytes,
+                    server.outbound_queue_frames, server.max_outbox_bytes, server.send_stall_s, CLOSE_TRY_AGAIN_LATER)
+        self._metrics.slow_consumers.labels(reason.value).inc()
+        self._metrics.errors.labels(ErrorCode.SLOW_CONSUMER.value).inc()
+        self._draining = True  # read and discard until the close: unread input would reset the socket first
+        farewell = ErrorFrame(code=ErrorCode.SLOW_CONSUMER.value, fatal=True,
+                              message=f"the client did not read its frames ({reason}); queued frames were dropped")
+        self._outbox.put_last(Outgoing(encode_server_frame(farewell), "error", None))
+        self._aborting = asyncio.get_running_loop().create_task(self._abort())
 
-    async def _send_loop(self) -> None:
+    async def _abort(self) -> None:
+        """Close a slow consumer; then stop its reader if the client's close does not end it in time."""
+        await self._close_socket(CLOSE_TRY_AGAIN_LATER, ErrorCode.SLOW_CONSUMER.value)
+        if self._reader is not None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._reader), self._config.server.send_stall_s)
+            self._reader.cancel()
+
+    async def _send_traced(self, item: Outgoing) -> None:
         tracer = self._tracer
-        try:
-            while (item := await self._outbox.get()) is not None:
-                payload, kind, seat = item
-                self._outbox_bytes -= len(payload)
-                started = tracer.now_us() if tracer else 0
-                await self._ws.send_bytes(payload)
-                if tracer:
-                    tracer.add("ws.send", "ws", started, tracer.now_us() - started, self._seat_track(seat),
-                               {"session": self.session_id, "seat": seat, "type": kind})
-        except (WebSocketDisconnect, RuntimeError, OSError):
-            self._closing = True  # the peer is gone; the receive loop will notice
+        started = tracer.now_us() if tracer else 0
+        await self._ws.send_bytes(item.payload)
+        if tracer:
+            tracer.add("ws.send", "ws", started, tracer.now_us() - started, self._seat_track(item.seat),
+                       {"session": self.session_id, "seat": item.seat, "type": item.kind})
 
     def _seat_track(self, seat: str | None) -> Track:
         pipeline = self._seats.get(seat) if seat else None
@@ -153,11 +155,15 @@ class Connection:
     async def serve(self) -> None:
         session_context.set(self.session_id)
         self._metrics.connections_total.inc()
-        self._sender = asyncio.create_task(self._send_loop())
+        self._sender = asyncio.create_task(self._outbox.run(self._send_traced))
         self.send(self._ready_frame())
+        self._reader = asyncio.create_task(self._receive_loop())
         try:
-            await self._receive_loop()
+            await asyncio.wait([self._reader])  # a slow consumer's close cancels the reader, not this
+            if not self._reader.cancelled() and (failure := self._reader.exception()) is not None:
+                raise failure
         finally:
+            self._reader.cancel()
             await self._release()
 
     def _ready_frame(self) -> ReadyFrame:
@@ -178,7 +184,7 @@ class Connection:
         while not self._closing:
             # Reading slower than a flooding client sends lets TCP push back on it: its messages
             # wait in its own socket buffers instead of taking the event loop from everyone else.
-            pause = self._pacer.delay_for(1.0)
+            pause = max(self._pacer.delay_for(1.0), self._bytes_paid_at - time.monotonic())
             if pause > 0:
                 await asyncio.sleep(pause)
             try:
@@ -188,7 +194,10 @@ class Connection:
                     continue  # the timer was armed before a drain began; the drain owns the session now
                 await self._idle_out(idle_s or 0.0)
                 return
-            except (WebSocketDisconnect, RuntimeError):
+            except WebSocketDisconnect:
+                return
+            except RuntimeError as exc:  # the socket in a state it should not be in: worth knowing
+                log.warning("session %s: receiving failed: %s", self.session_id, exc)
                 return
             if message["type"] == "websocket.disconnect":
                 return
@@ -199,6 +208,7 @@ class Connection:
                 self._error(ProtocolError(ErrorCode.BAD_FRAME,
                                           "text messages are not accepted: send one binary msgpack map per message"))
                 continue
+            self._bytes_paid_at = time.monotonic() + self._byte_pacer.delay_for(len(payload))
             if await self._handle(payload):
                 return
 
@@ -257,23 +267,28 @@ class Connection:
                                       "ping to keep a session open")
         await self._finish(EndReason.STOP, CLOSE_POLICY_VIOLATION, farewell)
 
-    async def _close_socket(self, code: int) -> None:
+    async def _close_socket(self, code: int, reason: str = "") -> None:
+        """Let the sender finish, then close; each step waits at most as long as a stalled socket
+        is given (``server.send_stall_s``), so a client that never reads cannot hold the session."""
         if self._finished.is_set():
             return
         self._finished.set()
-        self._outbox.put_nowait(None)
+        self._outbox.end()
+        stall_s = self._config.server.send_stall_s
         if self._sender is not None:
-            try:
-                await asyncio.wait_for(asyncio.shield(self._sender), timeout=5)
+            try:  # the sender's sends are bounded, one stall and the farewell at most
+                await asyncio.wait_for(asyncio.shield(self._sender), 2 * stall_s + 1)
             except asyncio.TimeoutError:  # not the builtin on 3.10
                 self._sender.cancel()
-        with contextlib.suppress(RuntimeError, OSError):
-            await self._ws.close(code)
+        try:
+            await asyncio.wait_for(self._ws.close(code, reason), stall_s)
+        except (asyncio.TimeoutError, WebSocketDisconnect, OSError):
+            pass  # the peer is gone or does not read: nothing more can reach it
+        except RuntimeError as exc:
+            log.warning("session %s: closing the socket failed: %s", self.session_id, exc)
 
     async def _flush_seats(self, seats: Iterable[SeatPipeline], reason: EndReason) -> None:
-        tasks = [task for seat in list(seats) if (task := seat.flush(reason)) is not None]
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await flush_all(seats, reason, self.session_id)
 
     async def _release(self) -> None:
         """Whatever ended the session: cancel its decodes and free every buffer it held."""
@@ -287,14 +302,14 @@ class Connection:
             self._tracer.forget_process(self._pid)
         if not self._finished.is_set():
             self._finished.set()
-            self._outbox.put_nowait(None)
+            self._outbox.end()
         if self._sender is not None and not self._sender.done():
             self._sender.cancel()
 
     @property
     def buffered_bytes(self) -> int:
         """Audio held by this session's seats plus encoded frames waiting for the socket."""
-        return sum(seat.buffered_bytes for seat in self._seats.values()) + self._outbox_bytes
+        return sum(seat.buffered_bytes for seat in self._seats.values()) + self._outbox.bytes
 
     @property
     def seat_count(self) -> int:
@@ -313,16 +328,19 @@ class Connection:
             self.send(PongFrame(id=frame.id))
 
     async def _on_settings(self, frame: StartFrame | ConfigureFrame) -> None:
-        settings = self._updated_settings(frame.language, frame.interim, frame.hotwords, frame.eager)
+        changed = self._hotword_changes.admit(frame.hotwords)
+        settings = self._updated_settings(frame.language, frame.interim, changed, frame.eager)
         if frame.wake is not None or frame.text is not None:
-            settings = settings.updated(stage=self._updated_stage(frame.wake, frame.text))
-        hotwords = settings.decode_hotwords()
-        if hotwords and hotwords != self._settings.decode_hotwords() and self._state.engine.info.hotwords:
-            await self._prepare_hotwords(hotwords)
+            settings = settings.updated(stage=updated_stage(self._settings.stage, frame.wake, frame.text))
+        if (changed is not None or frame.wake is not None) and self._state.engine.info.hotwords:
+            hotwords = settings.decode_hotwords()  # wake phrases are hotwords too
+            if hotwords and hotwords != self._settings.decode_hotwords():
+                await self._prepare_hotwords(hotwords)
         self._settings = settings
+        self._hotword_changes.applied(changed)
         if isinstance(frame, StartFrame):
             if frame.client:
-                log.info("session %s: client %r", self.session_id, frame.client)
+                log.info("session %s: client %s", self.session_id, quoted(frame.client))
             for seat in frame.seats or []:
                 self._seat(seat)
 
@@ -333,14 +351,14 @@ class Connection:
             await asyncio.to_thread(self._state.engine.prepare_hotwords, hotwords)
         except Exception as exc:
             log.exception("session %s: preparing hotwords failed", self.session_id)
-            raise ProtocolError(ErrorCode.BAD_FIELD, f"hotwords could not be prepared: {exc}") from None
+            raise ProtocolError(ErrorCode.BAD_FIELD, f"hotwords could not be prepared: {quoted(str(exc))}") from None
 
     def _updated_settings(self, language: str | None, interim: bool | None,
                           hotwords: list[str] | None, eager: bool | None) -> SessionSettings:
         languages = self._state.engine.info.languages
         if language is not None and language not in languages:
             raise ProtocolError(ErrorCode.BAD_FIELD,
-                                f"language {language!r} is not supported by this model; "
+                                f"language {quoted(language)} is not supported by this model; "
                                 f"use one of {', '.join(languages)}")
         parsed = None
         if hotwords and not self._state.engine.info.hotwords:
@@ -353,38 +371,19 @@ class Connection:
                 raise ProtocolError(ErrorCode.BAD_FIELD, f"hotwords: {exc}") from None
         return self._settings.updated(language=language, interim=interim, hotwords=parsed, eager=eager)
 
-    def _updated_stage(self, wake: WakeFields | None, text: TextFields | None) -> TextStage:
-        """The session's text stage with the fields given replacing the current ones."""
-        stage = self._settings.stage
-        wake_settings, text_settings = stage.wake_settings, stage.text_settings
-        if wake is not None:
-            wake_settings = _merged("wake", WakeSettings, wake_settings, wake)
-        if text is not None:
-            text_settings = _merged("text", TextSettings, text_settings, text)
-        return TextStage(text_settings, wake_settings)
-
     def _on_finalize(self, frame: FinalizeFrame) -> None:
         if frame.seat is None:
             seats = list(self._seats.values())
         else:
             seats = [self._seats[frame.seat]] if frame.seat in self._seats else []
         for seat in seats:
-            seat.flush(EndReason.FINALIZE)
+            task = seat.flush(EndReason.FINALIZE)
+            if task is not None:
+                task.add_done_callback(partial(log_task_failure,
+                                               what=f"session {self.session_id} seat {seat.seat}: finalize"))
 
     def _on_audio(self, frame: AudioFrame) -> None:
-        if frame.sample_rate is not None and frame.sample_rate != SAMPLE_RATE:
-            raise ProtocolError(ErrorCode.BAD_AUDIO,
-                                f"sample_rate {frame.sample_rate} is not supported; send 16000 Hz mono int16",
-                                frame.seat)
-        size = len(frame.pcm)
-        if size % BYTES_PER_10MS:
-            raise ProtocolError(ErrorCode.BAD_AUDIO,
-                                f"pcm is {size} bytes, not a whole number of 10 ms blocks "
-                                f"({BYTES_PER_10MS} bytes of 16 kHz int16)", frame.seat)
-        max_ms = self._config.server.max_frame_ms
-        if size > max_ms * BYTES_PER_10MS // 10:
-            raise ProtocolError(ErrorCode.BAD_AUDIO, f"pcm is {size // 32} ms; at most {max_ms} ms per frame",
-                                frame.seat)
+        size = checked_pcm_bytes(frame, self._config.server.max_frame_ms)
         seat = self._seat(frame.seat)
         if frame.seq is not None:
             if seat.last_seq is not None and frame.seq <= seat.last_seq:
@@ -419,7 +418,7 @@ class Connection:
         limit = self._config.server.max_seats
         if len(self._seats) >= limit:
             raise ProtocolError(ErrorCode.TOO_MANY_SEATS,
-                                f"this connection already has {limit} seats; seat {name!r} refused", name)
+                                f"this connection already has {limit} seats; seat {quoted(name)} refused", name)
         track = Track(self._pid, len(self._seats) + 1)
         if self._tracer:
             self._tracer.name_track(track, f"seat {name}")
@@ -434,12 +433,3 @@ class Connection:
         self._limiters[name] = AudioRateLimiter(self._config.server.rate_limit)
         return seat
 
-
-def _merged(name: str, model: type[SettingsT], current: SettingsT, given: ClientFrame) -> SettingsT:
-    """``current`` with the fields the client gave, validated as a whole (``bad_field`` if not)."""
-    try:
-        return model.model_validate({**current.model_dump(), **given.model_dump(exclude_none=True)})
-    except ValidationError as exc:
-        problems = "; ".join((f"{'.'.join(map(str, error['loc']))}: " if error["loc"] else "")
-                             + error["msg"].removeprefix("Value error, ") for error in exc.errors())
-        raise ProtocolError(ErrorCode.BAD_FIELD, f"{name}: {problems}") from None

@@ -54,6 +54,7 @@ class DrainingServer(uvicorn.Server):
 
 def run(app: FastAPI, host: str, port: int, max_message_bytes: int, log_level: str) -> None:
     state: ServiceState = app.state.service
+    state.freeze_gc_when_ready = True
     config = uvicorn.Config(
         app, host=host, port=port, ws="websockets-sansio", ws_max_size=max_message_bytes,
         log_level=log_level.lower(), lifespan="on", timeout_graceful_shutdown=5,

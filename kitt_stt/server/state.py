@@ -41,6 +41,7 @@ class ServiceState:
     draining: bool = False
     load_error: str | None = None
     warm_up_ms: float = 0.0
+    freeze_gc_when_ready: bool = False  # gc.freeze() after the warm-up (server/app.py says why)
     _drain: asyncio.Task[None] | None = None
 
     @property
@@ -93,9 +94,12 @@ class ServiceState:
         if not sessions:
             return
         log.info("draining %d session(s)", len(sessions))
-        tasks = [asyncio.create_task(session.shutdown()) for session in sessions]
-        _, pending = await asyncio.wait(tasks, timeout=timeout_s)
+        tasks = {asyncio.create_task(session.shutdown()): session for session in sessions}
+        done, pending = await asyncio.wait(tasks, timeout=timeout_s)
         for task in pending:
             task.cancel()
         if pending:
             log.warning("%d session(s) did not flush within %.1f s", len(pending), timeout_s)
+        for task in done:  # a failed drain of one session must leave a trace, not vanish with its task
+            if not task.cancelled() and (failure := task.exception()) is not None:
+                log.error("session %s: drain failed", getattr(tasks[task], "session_id", "?"), exc_info=failure)

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from rapidfuzz.distance import Levenshtein
 
 from kitt_stt.hotwords import DEFAULT_BOOST, Hotword
+from kitt_stt.quote import quoted
 from kitt_stt.str_enum import StrEnum
 from kitt_stt.text.tokens import Token, skip_separators, tokenize
 
@@ -96,7 +97,7 @@ class WakeSettings(BaseModel):
 def _checked_phrase(phrase: str) -> str:
     """A phrase as configured, stripped; refused when it could never be heard or never be shown."""
     stripped = phrase.strip()
-    shown = repr(phrase) if len(phrase) <= 40 else repr(phrase[:40]) + f"… ({len(phrase)} characters)"
+    shown = quoted(phrase)
     if not 1 <= len(stripped) <= MAX_WAKE_PHRASE_CHARS:
         raise ValueError(f"wake phrase {shown} must have 1-{MAX_WAKE_PHRASE_CHARS} characters")
     if not stripped.isprintable():
