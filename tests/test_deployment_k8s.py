@@ -1,13 +1,17 @@
 """The Kubernetes manifests (deployment/base, deployment/overlays/*), checked without a cluster.
 
-Every overlay renders with `kubectl kustomize`; every rendered object validates strictly (unknown
-fields and wrong types fail) against the Kubernetes 1.30 and 1.37 OpenAPI schemas shipped in
-kubernetes-validate, except the two CRDs (ServiceMonitor, KEDA ScaledObject), which no package
-has a schema for and which are checked by hand here. Then the objects are checked against each
-other and against the configs they run: selectors and labels, ports, the Secret, volumes, the
-security context of every container, pinned images, probes, the grace period against preStop and
-server.shutdown_grace_s, the autoscaler, the model volume and fill Job, the Orin TensorRT init
-container. `validate` is also shown failing on deliberately broken objects.
+Every overlay renders with `kubectl kustomize`, alone and with each optional component
+(deployment/components/); every rendered object validates strictly (unknown fields and wrong types
+fail) against the Kubernetes 1.30 and 1.37 OpenAPI schemas shipped in kubernetes-validate, except
+the three CRDs (ServiceMonitor, PrometheusRule, KEDA ScaledObject), which no package has a schema
+for and which are checked by hand here; the Orin overlay holds no CRD at all, so it applies on a
+k3s without them. Then the objects are checked against each other and against the configs they
+run: selectors and labels, ports, the NetworkPolicy, the Secret, volumes, the security context of
+every container, pinned images, probes, the grace period against preStop and
+server.shutdown_grace_s, the autoscaler and its fail-safe (a lost metric keeps the replica count,
+alerts on the missing metric and on scaling at its maximum), GPU placement, the model volume and
+fill Job, the Orin TensorRT init container. `validate` is also shown failing on deliberately
+broken objects.
 
 kubectl (with kustomize v5) is required: without it these tests fail, they do not skip.
 """
@@ -31,6 +35,7 @@ import yaml
 
 from kitt_stt.config.loader import ConfigError, load_config
 from kitt_stt.config.schema import AppConfig
+from kitt_stt.models.sensevoice_release import OFFICIAL_SHA256
 from kitt_stt.observability.metrics import Metrics
 
 REPO = Path(__file__).resolve().parents[1]
@@ -225,8 +230,53 @@ def check_scaled_object(obj: Obj) -> None:
         validate(hpa)
 
 
+PROMETHEUS_RULE = {"alert", "record", "expr", "for", "keep_firing_for", "labels", "annotations"}
+
+
+def _promql_shape_ok(expr: str) -> bool:
+    """Brackets balance and every label matcher is name op "value" (no PromQL parser is installed:
+    this catches the typos a YAML edit makes, not every invalid query)."""
+    depth = {"(": 0, "{": 0, "[": 0}
+    closing = {")": "(", "}": "{", "]": "["}
+    for char in re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr):
+        if char in depth:
+            depth[char] += 1
+        elif char in closing:
+            depth[closing[char]] -= 1
+            if depth[closing[char]] < 0:
+                return False
+    matchers = re.findall(r"\{([^}]*)\}", expr)
+    return all(v == 0 for v in depth.values()) and all(
+        re.fullmatch(r'\s*(\w+\s*(=~|!~|!=|=)\s*"[^"]*"\s*(,\s*|$))*', m) for m in matchers)
+
+
+def check_prometheus_rule(obj: Obj) -> None:
+    """monitoring.coreos.com/v1 PrometheusRule: groups of alerting/recording rules, the CRD's types."""
+    spec = obj.get("spec")
+    _require(isinstance(spec, dict) and set(spec) == {"groups"}, obj, "spec must hold exactly `groups`")
+    groups = spec["groups"]
+    _require(isinstance(groups, list) and bool(groups), obj, "spec.groups must be a non-empty list")
+    for group in groups:
+        _require(isinstance(group.get("name"), str) and set(group) <= {"name", "interval", "rules", "limit"}, obj,
+                 f"bad group fields {sorted(group)}")
+        rules = group.get("rules")
+        _require(isinstance(rules, list) and bool(rules), obj, f"group {group.get('name')}: rules must be a list")
+        for rule in rules:
+            _require(set(rule) <= PROMETHEUS_RULE, obj, f"unknown rule fields {sorted(set(rule) - PROMETHEUS_RULE)}")
+            _require(("alert" in rule) != ("record" in rule), obj, "a rule is either an alert or a record")
+            _require(isinstance(rule.get("expr"), str) and rule["expr"].strip() != "", obj, "a rule needs an expr")
+            _require(_promql_shape_ok(rule["expr"]), obj, f"malformed expr {rule['expr']!r}")
+            if "for" in rule:
+                _require(re.fullmatch(r"\d+(ms|s|m|h|d)", str(rule["for"])) is not None, obj,
+                         f"for {rule['for']!r} is not a Prometheus duration")
+            for mapping in ("labels", "annotations"):
+                if mapping in rule:
+                    _require(_is_str_map(rule[mapping]), obj, f"{mapping} must be a map of strings")
+
+
 CRD_CHECKS = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"): check_service_monitor,
+    ("monitoring.coreos.com/v1", "PrometheusRule"): check_prometheus_rule,
     ("keda.sh/v1alpha1", "ScaledObject"): check_scaled_object,
 }
 
@@ -255,14 +305,69 @@ def validate(obj: Obj) -> None:
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_every_rendered_object_is_valid(overlay: str) -> None:
     objects = rendered(overlay)
-    expected = {OVERLAYS[overlay], "Namespace", "Service", "PodDisruptionBudget", "Secret", "ServiceMonitor"}
+    expected = {OVERLAYS[overlay], "Namespace", "Service", "PodDisruptionBudget", "Secret", "NetworkPolicy"}
     if overlay == "rtx4090":
-        expected |= {"PersistentVolumeClaim", "Job", "ScaledObject"}
+        expected |= {"PersistentVolumeClaim", "Job", "ScaledObject", "ServiceMonitor", "PrometheusRule"}
     assert expected <= {o["kind"] for o in objects}
     for obj in objects:
         validate(obj)
     namespace = one(objects, "Namespace")["metadata"]["name"]
     assert all(o["metadata"].get("namespace") == namespace for o in objects if o["kind"] != "Namespace")
+
+
+def test_orin_applies_on_a_cluster_without_crds() -> None:
+    """k3s on a Jetson has neither the Prometheus Operator nor KEDA: `kubectl apply -k` fails on any
+    object whose kind the API server does not know. Every Orin object is a built-in kind."""
+    for obj in rendered("orin"):
+        assert (obj["apiVersion"], obj["kind"]) not in CRD_CHECKS, f"{obj['kind']} needs a CRD"
+        kubernetes_validate.validate(obj, K8S_VERSIONS[0], strict=True)  # a built-in schema exists
+
+
+COMPONENTS = REPO / "deployment" / "components"
+
+
+def site_overlay(tmp_path: Path, overlay: str, components: list[str]) -> list[Obj]:
+    """Render a site overlay (as docs/deployment.md describes) on ``overlay`` with ``components``."""
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "namespace": "kitt-stt",  # a component's objects get the namespace of the kustomization using it
+        "resources": [os.path.relpath(REPO / "deployment" / "overlays" / overlay, tmp_path)],
+        "components": [os.path.relpath(COMPONENTS / name, tmp_path) for name in components],
+    }))
+    return kustomize(tmp_path)
+
+
+def test_every_component_is_a_kustomize_component() -> None:
+    names = sorted(path.name for path in COMPONENTS.iterdir() if path.is_dir())
+    assert names == ["keda", "nvidia-runtime-class", "prometheus-operator"]
+    for name in names:
+        kustomization = yaml.safe_load((COMPONENTS / name / "kustomization.yaml").read_text())
+        assert kustomization["kind"] == "Component", name
+    base = yaml.safe_load((REPO / "deployment" / "base" / "kustomization.yaml").read_text())
+    assert not any("servicemonitor" in r or "scaledobject" in r for r in base["resources"]), \
+        "CRD objects in the base would break every overlay on a cluster without the CRDs"
+
+
+def test_orin_with_the_prometheus_operator_component(tmp_path: Path) -> None:
+    """Where the Prometheus Operator is installed, one component adds scraping and the alerts."""
+    objects = site_overlay(tmp_path, "orin", ["prometheus-operator"])
+    for obj in objects:
+        validate(obj)
+    assert {"ServiceMonitor", "PrometheusRule"} <= {o["kind"] for o in objects}
+    assert all(o["metadata"].get("namespace") == "kitt-stt" for o in objects if o["kind"] != "Namespace")
+    assert not find(objects, "ScaledObject"), "a DaemonSet is not autoscaled"
+
+
+def test_rtx4090_with_the_nvidia_runtime_class_component(tmp_path: Path) -> None:
+    plain = workload(rendered("rtx4090"), "rtx4090")["spec"]["template"]["spec"]
+    assert "runtimeClassName" not in plain, "optional on the 4090s: many clusters make nvidia the default runtime"
+    objects = site_overlay(tmp_path, "rtx4090", ["nvidia-runtime-class"])
+    for obj in objects:
+        validate(obj)
+    assert workload(objects, "rtx4090")["spec"]["template"]["spec"]["runtimeClassName"] == "nvidia"
+    job = one(objects, "Job")["spec"]["template"]["spec"]
+    assert "runtimeClassName" not in job, "the fill Job needs no GPU"
 
 
 def _deployment() -> Obj:
@@ -291,6 +396,15 @@ BROKEN = {
     "ScaledObject with a bad HPA behavior": lambda: _break(
         "spec.advanced.horizontalPodAutoscalerConfig.behavior.scaleDown.stabilizationWindowSeconds", "10m",
         one(rendered("rtx4090"), "ScaledObject")),
+    "PrometheusRule with an unbalanced expr": lambda: _break(
+        "spec.groups.0.rules.0.expr", 'absent(kitt_seats{namespace="kitt-stt"}',
+        one(rendered("rtx4090"), "PrometheusRule")),
+    "PrometheusRule with a bad `for`": lambda: _break(
+        "spec.groups.0.rules.0.for", "five minutes", one(rendered("rtx4090"), "PrometheusRule")),
+    "PrometheusRule with a typo in a field": lambda: _break(
+        "spec.groups.0.rules.0.anotations", {}, one(rendered("rtx4090"), "PrometheusRule")),
+    "NetworkPolicy with a port as a list": lambda: _break(
+        "spec.ingress.0.ports.0.port", ["http"], one(rendered("rtx4090"), "NetworkPolicy")),
 }
 
 
@@ -320,12 +434,50 @@ def test_selectors_labels_and_ports_agree(overlay: str) -> None:
     ports = {p["name"]: p for p in server_container(objects, overlay)["ports"]}
     for port in service["spec"]["ports"]:
         assert port["targetPort"] in ports, f"Service targetPort {port['targetPort']} is not a container port"
-    monitor = one(objects, "ServiceMonitor")
-    assert selects(monitor["spec"]["selector"]["matchLabels"], service["metadata"]["labels"]), \
-        "the ServiceMonitor does not select the Service (it matches Service labels, not pod labels)"
-    service_ports = {p["name"] for p in service["spec"]["ports"]}
-    assert {e["port"] for e in monitor["spec"]["endpoints"]} <= service_ports
-    assert [e.get("path") for e in monitor["spec"]["endpoints"]] == ["/metrics"]
+    for monitor in find(objects, "ServiceMonitor"):
+        assert selects(monitor["spec"]["selector"]["matchLabels"], service["metadata"]["labels"]), \
+            "the ServiceMonitor does not select the Service (it matches Service labels, not pod labels)"
+        service_ports = {p["name"] for p in service["spec"]["ports"]}
+        assert {e["port"] for e in monitor["spec"]["endpoints"]} <= service_ports
+        assert [e.get("path") for e in monitor["spec"]["endpoints"]] == ["/metrics"]
+
+
+#: Who may reach the server pods, per overlay: (namespace, pod labels or None for the whole namespace).
+INGRESS_PEERS = {
+    "rtx4090": {("ingress-nginx", (("app.kubernetes.io/name", "ingress-nginx"),)), ("monitoring", None)},
+    "orin": {("kube-system", (("app.kubernetes.io/name", "traefik"),)), ("monitoring", None)},
+}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_network_policy_admits_only_the_ingress_and_prometheus(overlay: str) -> None:
+    objects = rendered(overlay)
+    [policy] = find(objects, "NetworkPolicy")
+    spec = policy["spec"]
+    pod_labels = workload(objects, overlay)["spec"]["template"]["metadata"]["labels"]
+    assert selects(spec["podSelector"]["matchLabels"], pod_labels)
+    for other in pod_owners(objects):
+        if other["kind"] == "Job":  # the fill Job needs egress to GitHub and takes no connections
+            assert not selects(spec["podSelector"]["matchLabels"], other["spec"]["template"]["metadata"]["labels"])
+    assert spec["policyTypes"] == ["Ingress"], "egress stays open (the model download)"
+    server_ports = {p["name"]: p["containerPort"] for p in server_container(objects, overlay)["ports"]}
+    service = one(objects, "Service")
+    assert {p["targetPort"] for p in service["spec"]["ports"]} == set(server_ports)
+    peers = set()
+    for rule in spec["ingress"]:
+        assert [(p["port"], p["protocol"]) for p in rule["ports"]] == [("http", "TCP")]
+        assert server_ports["http"] == 8000
+        for peer in rule["from"]:
+            assert set(peer) <= {"namespaceSelector", "podSelector"} and "namespaceSelector" in peer, \
+                "a peer without namespaceSelector means this namespace only; no ipBlock"
+            namespace = peer["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
+            pods = peer.get("podSelector", {}).get("matchLabels")
+            peers.add((namespace, tuple(sorted(pods.items())) if pods else None))
+    assert peers == INGRESS_PEERS[overlay]
+    scaled = find(objects, "ScaledObject")
+    for trigger in (t for s in scaled for t in s["spec"]["triggers"]):
+        host = re.match(r"https?://[\w-]+\.([\w-]+)\.svc", trigger["metadata"]["serverAddress"])
+        assert host and (host.group(1), None) in peers, "the Prometheus the autoscaler reads must be admitted"
 
 
 def _prestop_sleep_s(container: Obj) -> int:
@@ -510,6 +662,57 @@ def _kitt_metrics() -> set[str]:
     return {family.name for family in Metrics().registry.collect()}
 
 
+def fail_safe_problems(scaled: Obj) -> list[str]:
+    """Ways a ScaledObject could turn a lost metric into a scale-in that drains live sessions."""
+    problems = []
+    if "fallback" in scaled["spec"]:
+        problems.append("fallback: a fixed replica count on errors may be a scale-in")
+    for trigger in scaled["spec"]["triggers"]:
+        if trigger["type"] == "prometheus" and trigger["metadata"].get("ignoreNullValues", "true") != "false":
+            problems.append("ignoreNullValues is not \"false\": an empty result reads as 0 seats")
+    return problems
+
+
+def test_rtx4090_a_lost_metric_keeps_the_replica_count() -> None:
+    scaled = one(rendered("rtx4090"), "ScaledObject")
+    assert fail_safe_problems(scaled) == []
+    broken = copy.deepcopy(scaled)
+    del broken["spec"]["triggers"][0]["metadata"]["ignoreNullValues"]  # KEDA's default is "true"
+    broken["spec"]["fallback"] = {"failureThreshold": 3, "replicas": 2}
+    assert len(fail_safe_problems(broken)) == 2
+
+
+def _selector(expr: str, metric: str) -> dict[str, str]:
+    match = re.search(rf"\b{metric}\{{([^}}]*)\}}", expr)
+    assert match, f"{metric}{{...}} not in {expr!r}"
+    return dict(re.findall(r'(\w+)="([^"]*)"', match.group(1)))
+
+
+def test_alerts_on_a_missing_seat_metric_and_on_scaling_at_its_maximum() -> None:
+    objects = rendered("rtx4090")
+    scaled = one(objects, "ScaledObject")
+    alerts = {rule["alert"]: rule for group in one(objects, "PrometheusRule")["spec"]["groups"]
+              for rule in group["rules"] if "alert" in rule}
+    query = scaled["spec"]["triggers"][0]["metadata"]["query"]
+
+    absent = alerts["KittSttSeatsMetricAbsent"]
+    assert absent["expr"].startswith("absent(kitt_seats{") and "kitt_seats" in _kitt_metrics()
+    assert _selector(absent["expr"], "kitt_seats") == _selector(query, "kitt_seats"), \
+        "the alert must watch exactly the series the autoscaler reads"
+    assert absent["labels"]["severity"] == "critical"
+
+    at_max = alerts["KittSttScalingAtMax"]
+    hpa = f"keda-hpa-{scaled['metadata']['name']}"  # the HPA KEDA creates for the ScaledObject
+    for metric in ("kube_horizontalpodautoscaler_status_current_replicas",
+                   "kube_horizontalpodautoscaler_spec_max_replicas"):
+        assert _selector(at_max["expr"], metric) == {
+            "namespace": scaled["metadata"]["namespace"], "horizontalpodautoscaler": hpa}
+    assert ">=" in at_max["expr"]
+    for rule in alerts.values():
+        assert int(rule["for"].rstrip("m")) >= 5, "no page for one missed scrape"
+        assert rule["annotations"]["summary"] and rule["annotations"]["description"]
+
+
 def test_rtx4090_autoscaling_on_seats_per_pod() -> None:
     objects = rendered("rtx4090")
     scaled = one(objects, "ScaledObject")
@@ -536,6 +739,16 @@ def test_rtx4090_autoscaling_on_seats_per_pod() -> None:
     assert all(p["type"] == "Pods" and p["value"] == 1 for p in behavior["scaleDown"]["policies"])
 
 
+def test_rtx4090_pods_only_on_rtx_4090_nodes() -> None:
+    """Required node affinity on the GPU product label, which docs/deployment.md names."""
+    pod = workload(rendered("rtx4090"), "rtx4090")["spec"]["template"]["spec"]
+    [term] = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    [expression] = term["matchExpressions"]
+    assert expression == {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-GeForce-RTX-4090"]}
+    docs = (REPO / "docs" / "deployment.md").read_text()
+    assert "nvidia.com/gpu.product=NVIDIA-GeForce-RTX-4090" in docs, "document the label (and how to set it)"
+
+
 def test_rtx4090_model_volume_and_fill_job() -> None:
     objects = rendered("rtx4090")
     claim = one(objects, "PersistentVolumeClaim", "kitt-stt-models")
@@ -552,6 +765,7 @@ def test_rtx4090_model_volume_and_fill_job() -> None:
     assert job_volume["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
     cache = literal_env(pull)["KITT_STT__MODELS__CACHE_DIR"]
     assert cache == fill_mount["mountPath"]
+    assert effective_config(pull).models.sensevoice_sha256 == OFFICIAL_SHA256, "the fill Job installs a checked archive"
     # the Job installs <cache>/sensevoice; the server reads asr.model at the same place
     assert model_dir == str(PurePosixPath(mount_of(server, "models")["mountPath"]) / "sensevoice")
     assert effective_config(pull).models.cache_dir == Path(cache)
@@ -585,6 +799,7 @@ def test_orin_daemonset_one_pod_per_device_with_a_prebuilt_engine() -> None:
     fetch = init["fetch-model"]
     assert command_line(fetch)[:4] == ["kitt-stt", "models", "pull", "sensevoice"]
     assert str(config.asr.model) == literal_env(fetch)["KITT_STT__MODELS__CACHE_DIR"] + "/sensevoice"
+    assert effective_config(fetch).models.sensevoice_sha256 == OFFICIAL_SHA256, "the device installs a checked archive"
     assert not mount_of(fetch, "models").get("readOnly")
 
     build = init["trt-build"]

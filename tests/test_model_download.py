@@ -18,8 +18,10 @@ from kitt_stt.config.schema import ModelsConfig
 from kitt_stt.models.checksums import sha256_file
 from kitt_stt.models.download import DownloadError
 from kitt_stt.models.registry import REGISTRY, install_into, verify_installed
-from kitt_stt.models.sensevoice_release import RELEASE
+from kitt_stt.models.sensevoice_release import DEFAULT_URL, OFFICIAL_SHA256, RELEASE, expected_sha256
 from tests.helpers import free_port
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def release_archive(tone_dir: Path) -> bytes:
@@ -106,9 +108,12 @@ def test_checksum_mismatch_installs_nothing(tmp_path: Path, archive: bytes) -> N
 
 
 def test_interrupted_download_resumes_with_a_range_request(tmp_path: Path, archive: bytes) -> None:
+    import hashlib
+
     server = ArchiveServer(archive, cut_first=True)
     try:
-        models = ModelsConfig(cache_dir=tmp_path, sensevoice_url=server.url)
+        models = ModelsConfig(cache_dir=tmp_path, sensevoice_url=server.url,
+                              sensevoice_sha256=hashlib.sha256(archive).hexdigest())
         with pytest.raises(DownloadError, match="resume"):
             install_into(REGISTRY["sensevoice"], tmp_path / "sensevoice", models)
         assert verify_installed(tmp_path / "sensevoice")  # nothing looks installed
@@ -125,7 +130,8 @@ def test_interrupted_download_resumes_with_a_range_request(tmp_path: Path, archi
 def test_offline_pull_fails_fast_with_instructions(tmp_path: Path) -> None:
     config = tmp_path / "c.yaml"
     closed = f"http://127.0.0.1:{free_port()}/{RELEASE}.tar.bz2"
-    config.write_text(f"models:\n  cache_dir: {tmp_path}\n  sensevoice_url: {closed}\n")
+    config.write_text(f"models:\n  cache_dir: {tmp_path}\n  sensevoice_url: {closed}\n"
+                      f"  sensevoice_sha256: {'a' * 64}\n")
     started = time.monotonic()
     result = subprocess.run([sys.executable, "-m", "kitt_stt", "models", "pull", "sensevoice", "--config", str(config)],
                             capture_output=True, text=True, timeout=60)
@@ -133,3 +139,43 @@ def test_offline_pull_fails_fast_with_instructions(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "cannot reach" in result.stderr and "by hand" in result.stderr and "asr.model" in result.stderr
     assert not (tmp_path / "sensevoice").exists()
+
+
+def test_another_url_without_a_pinned_sha256_is_refused_before_downloading(tmp_path: Path, archive: bytes) -> None:
+    """No digest, no install: the archive is not even fetched (an unverified model would serve every car)."""
+    server = ArchiveServer(archive)
+    try:
+        models = ModelsConfig(cache_dir=tmp_path, sensevoice_url=server.url)
+        with pytest.raises(DownloadError, match="refusing to install an unverified model"):
+            install_into(REGISTRY["sensevoice"], tmp_path / "sensevoice", models)
+    finally:
+        server.close()
+    assert server.ranges == []
+    assert not (tmp_path / "sensevoice").exists()
+
+
+def test_the_official_release_is_always_checked_against_its_pinned_sha256() -> None:
+    assert expected_sha256(DEFAULT_URL, None) == OFFICIAL_SHA256
+    assert ModelsConfig().sensevoice_url == DEFAULT_URL
+    assert expected_sha256(DEFAULT_URL, "AB" * 32) == "ab" * 32  # a configured pin wins
+
+
+@pytest.mark.parametrize("deployment_config", ["config-k8s.yaml", "config-k3s-orin.yaml"])
+def test_deployment_configs_refuse_an_archive_with_another_sha256(tmp_path: Path, archive: bytes,
+                                                                   deployment_config: str) -> None:
+    """What the fill Job and the Orin init container run (`models pull sensevoice --config` on the
+    deployment config): a file that is not the official release is deleted and nothing installed."""
+    server = ArchiveServer(archive)
+    config = tmp_path / "c.yaml"
+    config.write_text(f"extends: {REPO / deployment_config}\n"
+                      f"models:\n  cache_dir: {tmp_path}\n  sensevoice_url: {server.url}\n")
+    try:
+        result = subprocess.run([sys.executable, "-m", "kitt_stt", "models", "pull", "sensevoice", "--config",
+                                 str(config)], capture_output=True, text=True, timeout=60, cwd=REPO)
+    finally:
+        server.close()
+    assert result.returncode != 0, result.stderr
+    assert f"does not match the expected {OFFICIAL_SHA256}" in result.stderr
+    assert server.ranges == [None]  # it was downloaded, then refused
+    assert not (tmp_path / "sensevoice").exists()
+    assert not list(tmp_path.glob("*.tar.bz2*"))

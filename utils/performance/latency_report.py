@@ -46,9 +46,11 @@ from kitt_stt.models.tone_synth import ToneStyle, synthesize  # noqa: E402
 from tests.helpers import run_server  # noqa: E402
 from utils.performance.speech import trim_silence  # noqa: E402
 from utils.performance.text_distance import edit_distance, words  # noqa: E402
-from utils.performance.workload import nearest_rank, run_workload  # noqa: E402
+from utils.performance.workload import nearest_rank, run_plan, split_seats  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
+#: server.max_seats of both servers: a larger --seats is spread over several connections.
+MAX_SEATS = 16
 
 
 def cpu_seconds(pid: int) -> float:
@@ -90,7 +92,7 @@ def main() -> int:
         common = {"asr": {"model": args.model, "chunk_pause_ms": shipped.asr.chunk_pause_ms,
                           "max_chunk_ms": shipped.asr.max_chunk_ms},
                   "vad": {**shipped.vad.model_dump(mode="json"), "max_segment_ms": 90_000},
-                  "turn": {"model": None, "wait_ms": 300}, "server": {"max_seats": 16}}
+                  "turn": {"model": None, "wait_ms": 300}, "server": {"max_seats": MAX_SEATS}}
         naive = {**common, "asr": {**common["asr"], "naive": True},
                  "vad": {**common["vad"], "max_segment_ms": args.naive_max_segment_ms}}
         old_defaults = {**common, "asr": {**common["asr"], "chunk_pause_ms": 200, "max_chunk_ms": 10_000},
@@ -108,8 +110,9 @@ def main() -> int:
                                 print(f"  {mode}: {seats} seats x {length:g} s, {vad} VAD, pauses {pause} ms ...",
                                       file=sys.stderr, flush=True)
                                 before = cpu_seconds(server.process.pid)
-                                rows = asyncio.run(run_workload(
-                                    server.url, seats, 1, [length], args.rounds, 0, None, phrase, pause,
+                                rows = asyncio.run(run_plan(
+                                    server.url, split_seats(seats, MAX_SEATS), [length], args.rounds, 0, None,
+                                    phrase, pause,
                                     progress=False, server_vad_tail_ms=args.tail_ms if vad == "server" else None))
                                 cpu = cpu_seconds(server.process.pid) - before
                                 latencies = [r.client_final_latency_ms for r in rows

@@ -3,7 +3,9 @@
 Each round, every seat of every connection starts together: 2 s of silence (pre-roll), then an
 utterance of the chosen length built by repeating a phrase with natural pauses, sent as 20 ms
 frames on absolute deadlines (the pacing error of every frame is recorded), then ``vad stop``.
-Per seat and round one row: ``client_final_latency_ms`` (vad stop sent -> the last final received),
+A seat count above what one connection may hold (``server.max_seats``) is spread over several
+connections (``split_seats``, ``run_plan``). Per seat and round one row:
+``client_final_latency_ms`` (vad stop sent -> the last final received),
 ``server_latency_ms`` (from the final), ``eot_latency_ms`` (vad stop sent -> commit received),
 interim count, text, and delivery checks: one final per ``speech_start``, the expected text (tone phrases),
 nothing from another seat, a commit received.  Warm-up rounds are recorded with ``warmup: true``
@@ -187,9 +189,29 @@ async def run_connection(url: str, connection: int, seats: int, pcm: bytes, expe
     return list(rows.values())
 
 
+def split_seats(total: int, max_per_connection: int) -> list[int]:
+    """Seats per connection for ``total`` seats on a server that allows ``max_per_connection`` on one
+    connection (server.max_seats; more are refused with ``too_many_seats``): as few connections as
+    that allows, the seats spread evenly over them."""
+    if total < 1 or max_per_connection < 1:
+        raise ValueError(f"need at least one seat and one seat per connection, not {total} / {max_per_connection}")
+    connections = math.ceil(total / max_per_connection)
+    base, extra = divmod(total, connections)
+    return [base + 1] * extra + [base] * (connections - extra)
+
+
 async def run_workload(url: str, seats: int, connections: int, lengths: list[float], rounds: int, warmup: int,
                        phrase: str | None, wav: Path | None, pause_ms: int, progress: bool = True,
                        server_vad_tail_ms: int | None = None) -> list[Row]:
+    """``connections`` connections of ``seats`` seats each, all speaking at once."""
+    return await run_plan(url, [seats] * connections, lengths, rounds, warmup, phrase, wav, pause_ms, progress,
+                          server_vad_tail_ms)
+
+
+async def run_plan(url: str, plan: list[int], lengths: list[float], rounds: int, warmup: int,
+                   phrase: str | None, wav: Path | None, pause_ms: int, progress: bool = True,
+                   server_vad_tail_ms: int | None = None) -> list[Row]:
+    """One connection per entry of ``plan`` with that many seats (``split_seats``), all speaking at once."""
     rows: list[Row] = []
     total = len(lengths) * (rounds + warmup)
     step = 0
@@ -198,14 +220,14 @@ async def run_workload(url: str, seats: int, connections: int, lengths: list[flo
         for round_index in range(warmup + rounds):
             step += 1
             if progress:
-                print(f"\r  round {step}/{total} ({length_s:g} s x {seats * connections} seats)", end="",
+                print(f"\r  round {step}/{total} ({length_s:g} s x {sum(plan)} seats)", end="",
                       file=sys.stderr, flush=True)
-            start_at = time.monotonic() + START_DELAY_S + 0.5 * connections * 0.01
+            start_at = time.monotonic() + START_DELAY_S + 0.5 * len(plan) * 0.01
             timeout = PREROLL_MS / 1000 + length_s + 30
             batches = await asyncio.gather(*(
                 run_connection(url, index, seats, pcm, expected, length_s, round_index, round_index < warmup,
                                start_at, timeout, server_vad_tail_ms)
-                for index in range(connections)))
+                for index, seats in enumerate(plan)))
             rows.extend(row for batch in batches for row in batch)
     if progress:
         print(file=sys.stderr)
