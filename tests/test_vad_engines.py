@@ -1,5 +1,5 @@
-"""The speech detectors and the cabin front end: noise alone never holds a segment open, human
-speech in road and engine noise still gets its segment, for every engine; the Silero model is
+"""The speech detectors and the cabin front end: noise alone never holds a segment open, speech
+(human and espeak-ng) in road and engine noise still gets its segment, for every engine; the Silero model is
 fetched pinned and refused when it does not match."""
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from tests.conftest import installed
 from utils.performance import cabin_noise
 
 SPEECH = Path(__file__).parent / "fixtures" / "speech"
-HUMAN = ["en_go_forward_ten_meters.wav", "en_open_the_car_door_please.wav", "en_turn_on_the_air_conditioning.wav"]
+#: a human speaker (CMU Sphinx test data) and two espeak-ng sentences (tests/fixtures/speech/NOTICE)
+CLIPS = ["en_go_forward_ten_meters.wav", "en_open_the_car_door_please.wav", "en_turn_on_the_air_conditioning.wav"]
 
 
 @pytest.fixture(scope="module")
@@ -86,8 +87,8 @@ def test_without_the_front_end_webrtc_hears_road_noise_as_speech() -> None:
 
 @pytest.mark.parametrize("noise", ["brown", "engine"])
 @pytest.mark.parametrize("snr_db", [10, 5])
-def test_human_speech_in_cabin_noise_gets_a_segment_that_ends(noise: str, snr_db: float, silero_dir: Path) -> None:
-    for clip in HUMAN:
+def test_speech_in_cabin_noise_gets_a_segment_that_ends(noise: str, snr_db: float, silero_dir: Path) -> None:
+    for clip in CLIPS:
         speech = read_wav_16k_mono(SPEECH / clip)
         padded = np.concatenate([np.zeros(16000, np.int16), speech, np.zeros(32000, np.int16)])
         unit_noise = cabin_noise.SYNTHETIC[noise](padded.shape[0], np.random.default_rng(3))
@@ -110,7 +111,7 @@ def test_silero_state_is_per_seat_bounded_and_released(silero_dir: Path) -> None
     config = VadConfig(engine="silero", model=str(silero_dir))
     assert load_silero(silero_dir) is load_silero(silero_dir)  # one session for every seat
     seat = SileroDetector(config, load_silero(silero_dir))
-    speech = read_wav_16k_mono(SPEECH / HUMAN[0])
+    speech = read_wav_16k_mono(SPEECH / CLIPS[0])
     decisions = [seat.is_speech(speech[i : i + 320]) for i in range(0, speech.shape[0] - 319, 320)]
     assert any(decisions)
     assert seat.nbytes < 12 * 1024  # filter history, one window of samples, the recurrent state: fixed
