@@ -132,3 +132,16 @@ def test_silero_wheel_that_does_not_match_its_pin_installs_nothing(tmp_path: Pat
     with pytest.raises(FetchError, match="sha256"):
         silero_release.fetch_silero_vad(out)
     assert not (out / "silero_vad.onnx").exists()
+
+
+def test_a_client_held_segment_ignores_the_engine(silero_dir: Path) -> None:
+    """Clients that bring their own VAD (`vad start`/`vad stop`) work the same on every engine."""
+    for name, config in engines(silero_dir).items():
+        segmenter = VadSegmenter(config)
+        events = segmenter.client_start()
+        noise = cabin_noise.at_level(cabin_noise.brown(16000 * 3, np.random.default_rng(1)), -30.0)
+        samples = cabin_noise.to_int16(noise)
+        for offset in range(0, samples.shape[0] - 319, 320):
+            events += segmenter.process(samples[offset : offset + 320])
+        assert isinstance(events[0], SpeechStarted) and not any(isinstance(e, SpeechEnded) for e in events), name
+        assert segmenter.state is VadState.SPEECH and segmenter.client_held, name
