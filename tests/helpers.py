@@ -132,18 +132,21 @@ class RunningServer:
 
 
 @contextmanager
-def run_server(tmp_path: Path, cache_dir: Path, overrides: dict[str, Any] | None = None) -> Iterator[RunningServer]:
-    """Start ``kitt-stt serve`` as a real process on a free port; wait until /readyz says ready."""
+def run_server(tmp_path: Path, cache_dir: Path, overrides: dict[str, Any] | None = None,
+               module: str = "kitt_stt", port: int | None = None) -> Iterator[RunningServer]:
+    """Start ``kitt-stt serve`` as a real process on a free port (or ``port``: a restart on the same
+    address); wait until /readyz says ready. ``module``: what ``python -m`` runs (a test wrapper
+    around the CLI, such as tests.slow_decode_server)."""
     config = deep_merge(TEST_CONFIG, {"models": {"cache_dir": str(cache_dir)}})
     config = deep_merge(config, overrides or {})
-    port = free_port()
+    port = port or free_port()
     config_path = tmp_path / f"server-{port}.yaml"
     config_path.write_text(yaml.safe_dump(config))
     log_path = tmp_path / f"server-{port}.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("KITT_STT")}
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(
-            [sys.executable, "-m", "kitt_stt", "serve", "--config", str(config_path), "--port", str(port)],
+            [sys.executable, "-m", module, "serve", "--config", str(config_path), "--port", str(port)],
             stdout=log_file, stderr=subprocess.STDOUT, env=env,
         )
     server = RunningServer(process, port, log_path, config.get("server", {}).get("path", "/stt/sensevoice"))

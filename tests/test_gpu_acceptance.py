@@ -1,9 +1,12 @@
-"""The GPU acceptance tool's CPU-runnable parts: arguments, the step runner, the provider-placement
-check on profiles, the install plan, the results table, and its CPU path end to end (no GPU:
-stop at step 1 with exit status 3, before installing or building anything)."""
+"""The GPU acceptance kit's parts that run without a GPU: the CUDA-major detection from a wheel,
+the preflight's messages (and that a CUDA run here stops within 10 s naming what is missing),
+the step runner's budgets, the provider-placement check on profiles, the agreement measure, the
+summary built from a cut-off run, and the session probe's TensorRT paths. The offline install
+and the CPU arm end to end are in test_gpu_offline.py."""
 
 from __future__ import annotations
 
+import ctypes
 import io
 import json
 import os
@@ -14,51 +17,157 @@ from pathlib import Path
 
 import pytest
 
-from utils.gpu import acceptance
-from utils.gpu.install import finish_commands, install_commands, pinned, pins_file
+from tests.gpu_fixtures import fake_ort_wheel, write_wheel
+from utils.gpu import record
+from utils.gpu.agreement import compare, edit_distance
+from utils.gpu.arm import layout
 from utils.gpu.placement import Placement, load_profile, placement_problem, summarize
-from utils.gpu.steps import EXIT_FAILED, EXIT_NO_GPU, EXIT_OK, NoGpu, Step, StepFailed, run_steps
-from utils.gpu.summary import format_table, latency_value, summary_rows
+from utils.gpu.preflight import Plan, run_preflight
+from utils.gpu.requirements import unsatisfied
+from utils.gpu.steps import EXIT_FAILED, EXIT_MISSING, EXIT_OK, Missing, Step, StepFailed, run_steps
+from utils.gpu.summary import build
+from utils.gpu.wheels import cuda_version_from_build_info, installed_cuda_version, parse_wheel_name, wheel_cuda_version
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_arguments_and_defaults(tmp_path: Path) -> None:
-    args = acceptance.parse_args([])
-    assert (args.seats, args.lengths, args.device_id, args.skip) == (4, [3.0, 15.0, 30.0], 0, [])
-    args = acceptance.parse_args(["--skip-install", "--model", str(tmp_path), "--skip", "latency", "--seats", "2"])
-    assert args.skip == ["latency", "install"] and args.model == tmp_path and args.seats == 2
-    with pytest.raises(SystemExit) as exit_info:
-        acceptance.parse_args(["--skip", "nonsense"])
-    assert exit_info.value.code == 2
-    assert [step.name for step in acceptance.STEPS] == ["gpu", "install", "doctor", "model", "cuda", "trt-cold",
-                                                        "trt-warm", "trt-ctx", "latency"]
+def has_driver() -> bool:
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
 
 
-def test_step_runner_stops_at_the_first_failing_step() -> None:
-    ran = []
+def test_the_cuda_major_is_read_from_inside_the_wheel(tmp_path: Path) -> None:
+    cu13 = fake_ort_wheel(tmp_path, "1.31.1", "13.0")
+    cu12 = fake_ort_wheel(tmp_path, "1.26.0", "12.8")
+    cpu = write_wheel(tmp_path / "onnxruntime-1.32.0-py3-none-any.whl", "onnxruntime", "1.32.0",
+                      {"onnxruntime/capi/build_and_package_info.py": b"package_name = 'onnxruntime'\n"})
+    assert (wheel_cuda_version(cu13), wheel_cuda_version(cu12), wheel_cuda_version(cpu)) == ("13.0", "12.8", None)
+    parsed = parse_wheel_name(cu13)
+    assert parsed is not None and (parsed.name, parsed.version) == ("onnxruntime-gpu", "1.31.1")
+    assert cuda_version_from_build_info("cuda_version = \"12.9\"\n") == "12.9"
+    assert cuda_version_from_build_info("# cuda_version = '12.9'\n") is None
+    installed = tmp_path / "site" / "onnxruntime" / "capi"
+    installed.mkdir(parents=True)
+    (installed.parent / "__init__.py").write_text("")
+    (installed / "build_and_package_info.py").write_text("package_name = 'onnxruntime-gpu'\ncuda_version = '13.0'\n")
+    assert installed_cuda_version([str(tmp_path / "empty"), str(tmp_path / "site")])[:2] == ("onnxruntime-gpu", "13.0")
+
+
+def test_requirements_are_checked_with_markers_and_versions() -> None:
+    versions = {"numpy": "1.26.4", "pyyaml": "6.0.2"}
+    assert unsatisfied(["numpy>=1.24", "PyYAML>=6.0"], versions) == []
+    assert unsatisfied(["numpy>=2"], versions) == ["numpy>=2 (has 1.26.4)"]
+    assert unsatisfied(["fastapi>=0.110"], versions) == ["fastapi>=0.110 (not installed)"]
+    assert unsatisfied(['tomli; python_version < "3.0"'], versions) == []
+
+
+@pytest.mark.skipif(has_driver(), reason="this host has an NVIDIA driver")
+def test_preflight_names_each_missing_gpu_part(tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    fake_ort_wheel(wheels, "1.26.0", "12.8")
+    report = run_preflight(Plan(["cpu", "cuda"], False, wheels, tmp_path / "site", tmp_path / "work",
+                                tmp_path / "no-model", tmp_path / "no-turnsense"))
+    missing = "\n".join(report.missing)
+    assert report.seconds < 10
+    assert "NVIDIA driver: libcuda.so.1" in missing
+    ok = {what: detail for passed, what, detail in report.checks if passed}
+    assert "built for CUDA 12.8" in ok["onnxruntime-gpu"] and wheels.name in ok["onnxruntime-gpu"]
+    for soname in ("libcublas.so.12", "libcudnn.so.9", "libcufft.so.11"):  # what a CUDA 12 build links
+        assert soname in missing or any(soname in detail for detail in ok.values())
+    assert f"model: {tmp_path / 'no-model'} lacks model.onnx, tokens.txt" in missing
+    assert f"TurnSense: {tmp_path / 'no-turnsense'} has no smart-turn-v3.2-cpu.onnx" in missing
+    assert report.facts["TensorRT"].startswith("not measured")  # not asked for: not an error
+    strict = run_preflight(Plan(["cuda", "tensorrt"], True, wheels, tmp_path / "site", tmp_path / "work", None, None))
+    assert any(item.startswith("TensorRT 10: libnvinfer.so.10 not found") for item in strict.missing)
+    cpu_only = run_preflight(Plan(["cpu"], False, None, tmp_path / "site", tmp_path / "work", None, None,
+                                  build_bench=False))
+    assert not any("driver" in item or "CUDA" in item for item in cpu_only.missing)
+
+
+def test_preflight_reports_unreadable_or_foreign_wheels(tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "onnxruntime_gpu-1.31.1-cp312-cp312-manylinux_2_28_x86_64.whl").write_bytes(b"half a copy")
+    (wheels / "nvidia_cudnn_cu13-9.28.1.4-py3-none-manylinux_2_27_x86_64.whl.parts.json").write_text("{}")
+    report = run_preflight(Plan(["cuda"], False, wheels, tmp_path / "site", tmp_path / "work", None, None,
+                                build_bench=False))
+    missing = "\n".join(report.missing)
+    assert "is not a readable wheel" in missing and "stage join" in missing
+    pieces = "nvidia_cudnn_cu13-9.28.1.4-py3-none-manylinux_2_27_x86_64.whl.parts.json"
+    assert f"1 files still in pieces ({pieces}, ...): run `python -m utils.gpu.stage join {wheels}`" in missing
+    if sys.version_info[:2] != (3, 12):
+        assert "wheels for another Python than" in missing and "--python" in missing
+
+
+@pytest.mark.skipif(has_driver(), reason="this host has an NVIDIA driver")
+def test_a_cuda_run_here_stops_within_10_s_naming_what_is_missing(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHON": sys.executable}
+    started = time.monotonic()
+    result = subprocess.run(["bash", str(REPO / "utils" / "gpu" / "acceptance.sh"), "--offline", "--providers", "cuda",
+                             "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=60, env=env)
+    assert time.monotonic() - started < 10
+    assert result.returncode == EXIT_MISSING, result.stdout + result.stderr
+    out = result.stdout
+    assert "MISSING NVIDIA driver: libcuda.so.1" in out and "MISSING onnxruntime-gpu: not installed" in out
+    assert "libcudnn.so.9" in out and "acceptance: stopping: preflight" in out
+    lines = record.read(tmp_path / "out")
+    preflight = next(line for line in lines if line["kind"] == "preflight")
+    assert not preflight["ok"] and any("libcuda.so.1" in item for item in preflight["missing"])
+    steps = {line["step"]: line["status"] for line in lines if line["kind"] == "step"}
+    assert steps["preflight"] == "FAILED" and steps["ab"] == "not run"
+    assert "## 8 · Steps" in (tmp_path / "out" / "table.md").read_text()
+    assert not (tmp_path / "out" / "site").exists()  # nothing was installed
+
+
+def test_step_runner_budgets_and_fatal_steps() -> None:
+    ran: list[str] = []
+    limits: dict[str, float] = {}
 
     def ok(name: str):
-        return lambda ctx: ran.append(name) or f"{name} done"
+        def run(ctx: object, limit: float) -> str:
+            ran.append(name)
+            limits[name] = limit
+            return f"{name} done"
+        return run
 
-    def broken(ctx: object) -> str:
+    def broken(ctx: object, limit: float) -> str:
         raise StepFailed("libcudnn.so.9 not found")
 
-    steps = [Step("a", "first", ok("a")), Step("b", "second", broken), Step("c", "third", ok("c"))]
+    def slow(ctx: object, limit: float) -> str:
+        time.sleep(0.3)
+        return "slow"
+
+    seen = []
+    steps = [Step("a", "first", 100, ok("a")), Step("b", "second", 100, broken), Step("c", "third", 100, ok("c"))]
+    results, status = run_steps(steps, None, 50, io.StringIO(), seen.append)
+    assert status == EXIT_FAILED and ran == ["a", "c"]  # a failure that is not fatal: the next step runs
+    assert [r.status for r in results] == ["passed", "FAILED", "passed"] and seen == results
+    assert limits["a"] <= 50  # a step's limit never exceeds what is left of the run's budget
+    fatal = [Step("a", "first", 1, ok("a")), Step("b", "second", 1, broken, fatal=True), Step("c", "third", 1, ok("c"))]
+    results, status = run_steps(fatal, None, 50, io.StringIO(), lambda r: None)
+    assert status == EXIT_FAILED and [r.status for r in results] == ["passed", "FAILED", "not run"]
+
+    def missing(ctx: object, limit: float) -> str:
+        raise Missing("libcuda.so.1")
+
+    results, status = run_steps([Step("p", "pre", 1, missing, fatal=True), *steps], None, 50, io.StringIO(),
+                                lambda r: None)
+    assert status == EXIT_MISSING and results[1].status == "not run"
     out = io.StringIO()
-    results, status = run_steps(steps, None, [], out)
-    assert status == EXIT_FAILED and ran == ["a"]
-    assert [r.status for r in results] == ["passed", "FAILED", "not run"]
-    assert results[1].detail == "libcudnn.so.9 not found"
-    assert "acceptance: stopping before step 3 (third)" in out.getvalue()
+    results, status = run_steps([Step("s", "slow", 10, slow), Step("t", "next", 10, ok("t"))], None, 5.2, out,
+                                lambda r: None)
+    assert status == EXIT_OK and results[1].status == "skipped" and "budget of 5 s is spent" in results[1].detail
+    results, _ = run_steps([Step("x", "n/a", 1, ok("x"), skip_reason=lambda ctx: "no GPU provider")], None, 9,
+                           io.StringIO(), lambda r: None)
+    assert results[0].status == "skipped" and results[0].detail == "no GPU provider"
 
-    def no_gpu(ctx: object) -> str:
-        raise NoGpu("no GPU: CUDAExecutionProvider not available")
 
-    results, status = run_steps([Step("gpu", "gpu", no_gpu), *steps], None, [], io.StringIO())
-    assert status == EXIT_NO_GPU and [r.status for r in results] == ["FAILED", "not run", "not run", "not run"]
-    results, status = run_steps([steps[0], steps[2]], None, ["a"], io.StringIO())
-    assert status == EXIT_OK and [r.status for r in results] == ["skipped", "passed"]
+def test_seats_go_over_several_connections() -> None:
+    assert layout(4) == (2, 2) and layout(16) == (4, 4) and layout(64) == (8, 8) and layout(2) == (2, 1)
 
 
 def node(name: str, op: str, provider: str, dur: int = 10) -> dict:
@@ -80,6 +189,10 @@ def test_provider_placement_from_a_profile() -> None:
     assert placement_problem(trt_run, trt) == "" and "Tensorrt 1 nodes" in trt_run.describe()
     assert placement_problem(trt_run, cuda).startswith("no node ran on CUDAExecutionProvider")
     assert "no node events" in placement_problem(Placement(), cuda)
+    encoder = summarize([node("/encoder/encoders.0/self_attn/MatMul", "MatMul", cuda, 50),
+                         node("/encoder/encoders.0/norm1/LayerNormalization", "LayerNormalization", cpu, 5)])
+    assert encoder.encoder == {cuda: 1, cpu: 1} and "encoder nodes: CPU 1, CUDA 1" in encoder.describe()
+    assert placement_problem(encoder, cuda).startswith("encoder nodes ran on the CPU")
 
 
 def test_placement_reads_a_real_onnxruntime_profile(tmp_path: Path, tone_dir: Path) -> None:
@@ -99,78 +212,42 @@ def test_placement_reads_a_real_onnxruntime_profile(tmp_path: Path, tone_dir: Pa
     assert placement_problem(placement, "CUDAExecutionProvider").startswith("no node ran on CUDAExecutionProvider")
 
 
-def test_install_plan_honours_the_pins(tmp_path: Path) -> None:
-    pins = tmp_path / "gpu-x86_64.txt"
-    pins.write_text("# comment\nonnxruntime-gpu==1.26.0\ntensorrt-cu12-libs==10.14.1.48.post1\n"
-                    "cuda-toolkit==12.9.2.0\n")
-    assert pins_file(tmp_path.parent, "nope") is None
-    assert pinned(pins, "onnxruntime-gpu") == "1.26.0" and pinned(pins, "torch") is None
-    first, uninstall = install_commands("py", REPO, pins)
-    assert first[:5] == ["py", "-m", "pip", "install", "-c"] and first[5] == str(pins)
-    assert f"{REPO}[gpu]" in first and "cuda-toolkit[cudart]" in first and "pytest" in first
-    assert uninstall == ["py", "-m", "pip", "uninstall", "-y", "onnxruntime"]
-    reinstall, trt = finish_commands("py", pins, "1.26.0")
-    assert reinstall[-1] == "onnxruntime-gpu==1.26.0" and "--no-deps" in reinstall
-    assert trt[-3:] == ["-c", str(pins), "tensorrt-cu12-libs"] and "https://pypi.nvidia.com" in trt
-    unpinned = install_commands("py", REPO, None)
-    assert "-c" not in unpinned[0] and "cuda-toolkit[cudart]" not in unpinned[0]
-    assert len(finish_commands("py", None, "1.26.0")) == 1  # no pins: no TensorRT version to match
-    shipped = pins_file(REPO, "x86_64")
-    if shipped is not None:  # the image's pins, when the repository has them
-        assert pinned(shipped, "onnxruntime-gpu") and install_commands("py", REPO, shipped)[0][5] == str(shipped)
+def test_agreement_measures_token_matches_and_character_errors() -> None:
+    assert edit_distance("打开车门", "打开车窗") == 1 and edit_distance("", "ab") == 2
+    cpu = {"provider": "cpu", "clips": {"a": {"tokens": ["打", "开"], "text": "打开"},
+                                        "b": {"tokens": ["车", "门"], "text": "车门"}}}
+    same = compare(cpu, {**cpu, "provider": "cuda"})
+    assert (same["exact"], same["exact_rate"], same["cer"], same["within_tolerance"]) == (2, 1.0, 0.0, True)
+    flipped = {"provider": "cuda", "clips": {**cpu["clips"], "b": {"tokens": ["车", "窗"], "text": "车窗"}}}
+    result = compare(cpu, flipped)
+    assert result["exact_rate"] == 0.5 and result["cer"] == 0.25 and not result["within_tolerance"]
+    assert result["differs"] == ["b"]
+    trt = compare(cpu, {**flipped, "provider": "tensorrt"})  # fp16: a stated, wider tolerance, still exceeded
+    assert trt["tolerance"] == {"exact_rate": 0.6, "cer": 0.05} and not trt["within_tolerance"]
 
 
-def test_results_table() -> None:
-    rows = [("GPU", "NVIDIA H200, compute capability 9.0"), ("TensorRT EP-context load", "3.1 s")]
-    table = format_table(rows)
-    lines = table.splitlines()
-    assert lines[0].startswith("| measurement") and set(lines[1]) <= {"|", "-"}
-    assert lines[2] == "| GPU                      | NVIDIA H200, compute capability 9.0 |"
-    row = {"provider": "cuda", "seats": 4, "length": 3.0, "rows": 4, "missing": 0, "p50": 41.2, "p95": 58.9}
-    assert latency_value(row) == "final p50 41 ms, p95 59 ms"
-    assert latency_value({**row, "missing": 1}) == "final p50 41 ms, p95 - ms, 1/4 incomplete"
-    assert latency_value({**row, "p50": None, "p95": None, "missing": 4}) == "no finals (4/4 incomplete)"
-    results, _ = run_steps([Step("gpu", "gpu", lambda ctx: "ok")], None, [], io.StringIO())
-    summary = summary_rows(results, {"GPU": "x"}, {"TensorRT cold build": "70.0 s"}, [row])
-    assert summary[0] == ("GPU", "x") and summary[1][0] == "step 1 gpu" and summary[1][1].startswith("passed")
-    assert summary[-1] == ("latency cuda, 4 seats x 3 s", "final p50 41 ms, p95 59 ms")
+def cell(provider: str, seats: int, length: float, p50: float) -> dict:
+    stats = {"p50": p50, "p95": p50 * 1.5, "n": seats * 5}
+    return {"kind": "cell", "step": "ab", "provider": provider, "seats": seats, "connections": 2, "length_s": length,
+            "rounds": 5, "samples": seats * 5, "missing": 0, "final_ms": stats, "server_ms": stats,
+            "commit_ms": stats, "memory": {"vmhwm_mib": 900.0, "gpu_mib": 1500.0}, "memory_ready": {"vmrss_mib": 800.0}}
 
 
-def test_the_run_and_the_latency_servers_share_one_engine_key(tmp_path: Path, tone_dir: Path) -> None:
-    """trt build, the session probes and the TensorRT latency server must compute the same keyed
-    directory, or the servers would build again instead of loading the EP-context model."""
-    from kitt_stt.config.loader import load_config
-    from kitt_stt.config.schema import AppConfig
-    from kitt_stt.ops.trt_cache import TrtHost, layout_for_model
-    from tests.helpers import TEST_CONFIG, deep_merge
-    from utils.gpu.latency import service_overrides
-
-    ctx = acceptance.Context(acceptance.parse_args(["--model", str(tone_dir), "--work", str(tmp_path)]), tmp_path)
-    acceptance.write_config(ctx)
-    run_config = load_config(ctx.config, env={}).config
-    server = AppConfig.model_validate(deep_merge(deep_merge(TEST_CONFIG, {"models": {"cache_dir": str(tmp_path)}}),
-                                                 service_overrides(tone_dir, "tensorrt", ctx.trt_cache)))
-    host = TrtHost("NVIDIA H200", "9.0", "10.14.1", "1.26.0")
-    layouts = [layout_for_model(config.asr, tone_dir / "model.onnx", host) for config in (run_config, server)]
-    assert layouts[0].engine_dir == layouts[1].engine_dir and layouts[0].engine_dir.is_relative_to(ctx.trt_cache)
-
-
-def test_cpu_host_stops_at_the_gpu_step_with_exit_status_3(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHON": sys.executable}
-    env.pop("VIRTUAL_ENV", None)
-    started = time.monotonic()
-    result = subprocess.run(["bash", str(REPO / "utils" / "gpu" / "acceptance.sh"), "--work", str(tmp_path / "w"),
-                             "--json-out", str(tmp_path / "r.json")], capture_output=True, text=True, timeout=60,
-                            env=env, cwd=tmp_path)
-    assert result.returncode == EXIT_NO_GPU, result.stdout + result.stderr
-    assert time.monotonic() - started < 30
-    out = result.stdout
-    assert "no GPU: CUDAExecutionProvider not available" in out
-    assert "acceptance: stopping before step 2 (install the GPU extra" in out
-    assert "| step 2 install  | not run |" in out and "exit status 3" in out
-    report = json.loads((tmp_path / "r.json").read_text())
-    assert report["status"] == 3 and [s["status"] for s in report["steps"]][:2] == ["FAILED", "not run"]
-    assert not (tmp_path / "w" / "sensevoice-bench").exists() and not (tmp_path / "w" / "trt-cache").exists()
+def test_the_summary_is_built_from_whatever_a_cut_run_left(tmp_path: Path) -> None:
+    record.append(tmp_path, "run", rounds=5, warmup=1, seats=4, parallel=True, host={"python": "3.12.3", "cpus": 16,
+                                                                                      "gpus": ["NVIDIA H200"]})
+    record.append(tmp_path, "step", number=1, step="preflight", status="passed", seconds=0.4, limit_s=10, detail="ok")
+    for provider, p50 in (("cpu", 400.0), ("cuda", 50.0)):
+        record.append(tmp_path, **cell(provider, 4, 3.0, p50))
+    record.append(tmp_path, **cell("cpu", 4, 15.0, 900.0))
+    with (tmp_path / record.RESULTS).open("a") as handle:
+        handle.write('{"kind": "cell", "provider": "cuda", "seats": 4, "len')  # the cut came mid-line
+    table = build(record.read(tmp_path))
+    assert "- 4 seats x 3 s: CPU p50 400 ms; cuda 50 ms (CPU / cuda: 8.00x)" in table
+    assert "| 4 | 3 s | 2 | 400 / 600 (n=20) | 50 / 75 (n=20) | - | 8.00x | - |" in table
+    assert "| 4 | 15 s | 2 | 900 / 1350 (n=20) | - | - | - | - |" in table
+    assert "| cuda | 4 | 3 s | 800 | 900 | 1500 |" in table
+    assert "The run ended before its last step" in table and "| 1 | preflight | passed |" in table
 
 
 def test_session_probe_loads_what_each_tensorrt_path_loads(tmp_path: Path, tone_dir: Path,
@@ -187,9 +264,90 @@ def test_session_probe_loads_what_each_tensorrt_path_loads(tmp_path: Path, tone_
     asr = AsrConfig(provider=Provider.TENSORRT, tensorrt={"cache_dir": str(tmp_path)})
     with pytest.raises(SystemExit, match="run `kitt-stt trt build` first"):
         session_target(asr, model, "ctx")
-    layout = trt_cache.layout_for_model(asr, model)
-    fake_ep_context(layout.ep_context_model).write_bytes(b"engine")
+    layout_ = trt_cache.layout_for_model(asr, model)
+    fake_ep_context(layout_.ep_context_model).write_bytes(b"engine")
     keyed, path, _ = session_target(asr, model, "ctx")
-    assert path == layout.ep_context_model and keyed.tensorrt.engine_root() == layout.engine_dir
+    assert path == layout_.ep_context_model and keyed.tensorrt.engine_root() == layout_.engine_dir
     keyed, path, engines = session_target(asr, model, "warm")
-    assert path == model and engines == [layout.engine_dir / "TRTKernel_graph_sm89.engine"]
+    assert path == model and engines == [layout_.engine_dir / "TRTKernel_graph_sm89.engine"]
+
+
+def test_the_run_configuration_is_config_k8s_with_only_the_host_parts_changed(tmp_path: Path, tone_dir: Path) -> None:
+    from kitt_stt.config.loader import load_config
+    from utils.gpu.server import run_config
+
+    path = tmp_path / "run.yaml"
+    path.write_text(json.dumps(run_config(tone_dir, "cuda", tmp_path / "trt", tmp_path / "ts", tmp_path / "m", 8)))
+    config = load_config(path, env={}).config
+    production = load_config(REPO / "config-k8s.yaml", env={}).config
+    assert (config.asr.max_batch, config.asr.workers) == (production.asr.max_batch, production.asr.workers) == (8, 4)
+    assert config.turn.model == str(tmp_path / "ts") and production.turn.model == "turnsense"
+    assert config.vad == production.vad and config.server.rate_limit == production.server.rate_limit
+    assert config.asr.provider.value == "cuda" and config.server.host == "127.0.0.1"
+
+
+def test_agreement_decodes_the_clips_with_the_service_engine(tmp_path: Path, tone_dir: Path) -> None:
+    """The decode half on the CPU (the GPU providers run the same code): the tone clips come back as
+    the tone phrase, alone and batched, and a provider compared with itself agrees exactly."""
+    from utils.gpu.server import run_config
+
+    config = tmp_path / "cpu.yaml"
+    config.write_text(json.dumps(run_config(tone_dir, "cpu", tmp_path / "trt", None, tmp_path / "m", 8)))
+    out = tmp_path / "cpu.json"
+    result = subprocess.run([sys.executable, "-m", "utils.gpu.agreement", "decode", "--provider", "cpu", "--model",
+                             str(tone_dir), "--config", str(config), "--out", str(out)], capture_output=True, text=True,
+                            cwd=REPO, timeout=120)
+    assert result.returncode == 0, result.stderr
+    decoded = json.loads(out.read_text())
+    clips = decoded["clips"]
+    assert len(clips) == 10 and clips["tone 3 s"]["text"] == "打开车门" * 2
+    assert clips["tone 15 s (batch)"]["tokens"] == clips["tone 15 s"]["tokens"] != []
+    same = compare(decoded, {**decoded, "provider": "cuda"})
+    assert (same["exact"], same["cer"], same["within_tolerance"]) == (10, 0.0, True)
+
+
+def test_which_steps_apply_to_which_providers(tmp_path: Path) -> None:
+    from utils.gpu import acceptance
+
+    def context(argv: list[str], tensorrt_found: bool) -> acceptance.Context:
+        args = acceptance.parse_args(["--out", str(tmp_path), *argv])
+        providers = args.providers.split(",") if args.providers else list(acceptance.PROVIDERS)
+        ctx = acceptance.Context(args, tmp_path, providers, bool(args.providers) and "tensorrt" in providers)
+        ctx.report.tensorrt = tensorrt_found
+        ctx.report.facts["TensorRT"] = "not measured: libnvinfer.so.10 not found"
+        return ctx
+
+    default = context([], tensorrt_found=False)  # tensorrt where present: here it is not
+    assert default.gpu_providers() == ["cuda"] and acceptance.no_gpu(default) == ""
+    assert acceptance.no_trt(default) == "not measured: libnvinfer.so.10 not found"
+    assert context([], tensorrt_found=True).gpu_providers() == ["cuda", "tensorrt"]
+    asked = context(["--providers", "cpu,tensorrt"], tensorrt_found=False)  # asked for: its absence is the preflight's
+    assert asked.gpu_providers() == ["tensorrt"] and acceptance.no_trt(asked) == ""
+    assert acceptance.trt_not_built(asked) == "trt-build did not pass"
+    cpu = context(["--providers", "cpu"], tensorrt_found=False)
+    assert acceptance.no_gpu(cpu) and acceptance.only_cpu(cpu)
+    assert acceptance.no_trt(cpu) == "tensorrt not in --providers"
+    # the A/B's limit is its plan in real time: 5 rounds of 3 + 15 + 30 s, a warm-up, the server start, slack
+    plan = acceptance.arm_seconds(default, [4], [3.0, 15.0, 30.0])
+    assert plan == pytest.approx(60 + 1.2 * (5 * (48 + 3 * 3.5) + (3 + 3.5)))
+    with pytest.raises(SystemExit):
+        acceptance.parse_args(["--out", str(tmp_path), "--providers", "cpu,rocm"])
+    relative = acceptance.parse_args(["--out", "out", "--model", "models/sv"])  # children run in the repository
+    assert relative.out == Path.cwd() / "out" and relative.model == Path.cwd() / "models" / "sv"
+    assert acceptance.core_split(1) == [None]
+
+
+def test_the_session_probe_step_records_its_placement(tmp_path: Path, tone_dir: Path) -> None:
+    """The probe the GPU steps run, here on the CPU: its own process, the session's providers and
+    the profile's placement recorded as a JSON line and shown in the table."""
+    from utils.gpu import acceptance
+
+    args = acceptance.parse_args(["--out", str(tmp_path), "--providers", "cpu", "--model", str(tone_dir),
+                                  "--turnsense", str(tmp_path / "ts")])
+    ctx = acceptance.Context(args, tmp_path, ["cpu"], False)
+    result = acceptance.probe(ctx, "cpu", "plain", 60)
+    assert result["providers"] == ["CPUExecutionProvider"] and result["problem"] == ""
+    assert result["nodes"]["CPUExecutionProvider"] > 0 and result["create_s"] >= 0
+    placed = [line for line in record.read(tmp_path) if line["kind"] == "placement"]
+    assert len(placed) == 1 and placed[0]["mode"] == "plain"
+    assert "| CPUExecutionProvider | plain | CPUExecutionProvider | CPU " in build(record.read(tmp_path))

@@ -3,16 +3,18 @@
 A server refuses more than ``server.max_seats`` seats on one connection (``too_many_seats``), so
 ``--seats 32`` against the latency servers (max_seats 16) used to fail at once. The harness now
 spreads a seat count over as few connections as the cap allows; the sweep is run here through
-the same function the GPU acceptance run uses, on the CPU and the tone model.
+the same function latency_report.py uses, on the CPU and the tone model.
 """
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
-from utils.performance.workload import split_seats
+from tests.helpers import run_server
+from utils.performance.workload import run_plan, split_seats
 
 
 def test_split_seats_uses_as_few_connections_as_the_cap_allows() -> None:
@@ -29,13 +31,11 @@ def test_split_seats_uses_as_few_connections_as_the_cap_allows() -> None:
         split_seats(0, 16)
 
 
-def test_a_sweep_past_one_connections_cap_runs_every_seat(tmp_path: Path, tone_dir: Path) -> None:
-    """`utils/gpu/acceptance.sh --seats N` measures through utils/gpu/latency.py: with N above the
-    servers' max_seats every seat still speaks and gets its final (before: too_many_seats)."""
-    from utils.gpu.latency import MAX_SEATS, measure
-
-    seats = MAX_SEATS + 4
-    [result] = measure("cpu", tone_dir, tmp_path / "trt", tmp_path, seats, [1.0])
-    assert result["rows"] == seats
-    assert result["missing"] == 0, result
-    assert result["p95"] is not None
+def test_a_sweep_past_one_connections_cap_runs_every_seat(tmp_path: Path, model_cache: Path) -> None:
+    """`latency_report.py --seats N` (and the GPU acceptance arms) measure through run_plan: with N
+    above the server's max_seats every seat still speaks and gets its final (before: too_many_seats)."""
+    seats = 16 + 4
+    with run_server(tmp_path, model_cache, {"server": {"max_seats": 16}}) as server:
+        rows = asyncio.run(run_plan(server.url, split_seats(seats, 16), [1.0], 1, 0, None, None, 0, progress=False))
+    assert len(rows) == seats
+    assert all(row.finals == 1 and row.client_final_latency_ms is not None for row in rows), rows

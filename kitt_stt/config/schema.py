@@ -302,6 +302,21 @@ class DebugConfig(_Section):
         return self
 
 
+class FileTranscriptionConfig(_Section):
+    """The OpenAI-compatible upload endpoint (``POST /v1/audio/transcriptions``, docs/integrations.md).
+
+    Uploads are decoded below live audio's priority, yet each one still holds memory and a share
+    of the decode workers, so these bound what a request may cost: 25 MiB is OpenAI's own upload
+    cap (clients written for it never send more); ``max_concurrent`` uploads are transcribed at
+    once and further ones are answered 429 rather than queued without bound.
+    """
+
+    enabled: bool = True
+    max_upload_bytes: int = Field(default=25 * 1024 * 1024, ge=1024)
+    max_audio_s: float = Field(default=600.0, gt=0)
+    max_concurrent: int = Field(default=2, ge=1)
+
+
 class AppConfig(_Section):
     """The whole service configuration (see ``config.yaml`` for a commented example)."""
 
@@ -316,6 +331,7 @@ class AppConfig(_Section):
     logging: LoggingConfig = LoggingConfig()
     tracing: TracingConfig = TracingConfig()
     debug: DebugConfig = DebugConfig()
+    transcriptions: FileTranscriptionConfig = FileTranscriptionConfig()  # POST /v1/audio/transcriptions
 
     @model_validator(mode="after")
     def _default_language_allowed(self) -> AppConfig:

@@ -1,17 +1,53 @@
 """Keep secrets out of logs: the ``?token=`` of browser clients is part of the request path, and
-uvicorn's access and error lines print the path with its query string."""
+uvicorn's access and error lines print the path with its raw query string.
+
+The server reads the token from the *parsed* query (Starlette decodes ``%74oken`` to ``token``),
+so the redactor reads each parameter's name the same way, decoded and case-folded, rather than
+matching a spelling: whatever name the server could take for a credential, its value is never
+logged. The name stays as the client wrote it, so the line still shows what was asked.
+"""
 
 from __future__ import annotations
 
 import logging
 import re
+from urllib.parse import unquote_plus
 
-_TOKEN_IN_QUERY = re.compile(r"(?i)([?&](?:access_)?token=)[^&\s\"']*")
 REDACTED = "[redacted]"
+#: Parameter names (decoded, case-folded) whose values are credentials.
+CREDENTIAL_NAMES = frozenset({"token", "access_token", "auth_token", "api_key", "apikey", "password"})
+_MAX_DECODES = 4  # a name encoded more than once is decoded again, so "%2574oken" is caught too
+
+_QUERY = re.compile(r"\?([^\s\"'#]*)")  # a query string as logged: up to whitespace, a quote or a fragment
+_PARAMETER = re.compile(r"([^&=]*)(=?)([^&]*)")  # split on "&" only, as Starlette does
 
 
 def redact(text: str) -> str:
-    return _TOKEN_IN_QUERY.sub(lambda match: match.group(1) + REDACTED, text)
+    """``text`` with the value of every credential parameter of every query string in it replaced."""
+    if "?" not in text:
+        return text
+    return _QUERY.sub(lambda match: "?" + _redact_query(match.group(1)), text)
+
+
+def is_credential(name: str) -> bool:
+    """Whether a raw query parameter name means a credential, however it is encoded or cased."""
+    for _ in range(_MAX_DECODES):
+        decoded = unquote_plus(name)
+        if decoded == name:
+            break
+        name = decoded
+    return name.strip().casefold() in CREDENTIAL_NAMES
+
+
+def _redact_query(query: str) -> str:
+    return _PARAMETER.sub(_redact_parameter, query)
+
+
+def _redact_parameter(match: re.Match[str]) -> str:
+    name, equals, value = match.groups()
+    if not equals or not value or not is_credential(name):
+        return match.group(0)
+    return f"{name}={REDACTED}"
 
 
 class TokenRedactor(logging.Filter):

@@ -47,6 +47,7 @@ from kitt_stt.pipeline.eot import CommitReason, EotPolicy
 from kitt_stt.pipeline.rate_limit import Throttle
 from kitt_stt.pipeline.segment import Segment
 from kitt_stt.pipeline.settings import SessionSettings
+from kitt_stt.pipeline.tail import TailSnapshot
 from kitt_stt.pipeline.turn import Turn, TurnTracker, join_texts
 from kitt_stt.protocol.errors import ErrorCode
 from kitt_stt.protocol.frames import ErrorFrame, FinalFrame, InterimFrame, ServerFrame, SpeechStartFrame
@@ -214,7 +215,7 @@ class SeatPipeline:
         if segment.wants_interim(audio_ms, self._config.interim) and (
                 self._admission is None or self._admission.optional_decode()):
             segment.mark_interim_requested(audio_ms)
-            self._spawn(self._run_interim(segment, self._segment_turn, audio_ms))
+            self._spawn(self._run_interim(segment, self._segment_turn, TailSnapshot.take(segment, audio_ms)))
 
     def _chunk_admitted(self, cut: Cut) -> bool:
         """A chunk at a pause is an optimisation: at a decode cap it is skipped (the final decodes
@@ -236,11 +237,11 @@ class SeatPipeline:
         # submitted now, not in the task: the connection's outstanding count must include it
         # before the next frame is handled. A tail without a voiced frame (the pause already
         # closed the last chunk) has nothing to decode: the final is the chunks' text.
-        request = decode = None
-        if segment.chunks.tail_needs_decode:
-            request = self._tail_request(segment)
-            decode = self._scheduler.submit(request, Priority.FINAL, self._owner, trace=self._trace_tag(segment))
-        self._final_chain = self._spawn(self._run_final(segment, turn, self._final_chain, request, decode))
+        snapshot, decode = TailSnapshot.take(segment, segment.end_ms), None
+        if snapshot.request is not None:
+            decode = self._scheduler.submit(snapshot.request, Priority.FINAL, self._owner,
+                                            trace=self._trace_tag(segment))
+        self._final_chain = self._spawn(self._run_final(segment, turn, self._final_chain, snapshot, decode))
         prediction, segment.pause_prediction = segment.pause_prediction, None
         if prediction is None:  # the guess made at the pause saw the same speech, so it stands
             prediction = self._predict_turn()
@@ -292,26 +293,12 @@ class SeatPipeline:
         start, end = chunks.cut(cut, self._scheduler.engine.new_feature_stream())
         chunks.closed.append(ClosedChunk(start, end, decode))
 
-    def _tail_request(self, segment: Segment) -> AsrRequest:
-        chunks = segment.chunks
-        return AsrRequest(segment.buffer.view()[chunks.open_start :], segment.options, chunks.features)
-
-    async def _chunk_outcomes(self, segment: Segment) -> list[DecodeOutcome] | None:
-        """The closed chunks' decodes (awaiting any still running); None if one was cancelled."""
-        outcomes = []
-        for chunk in list(segment.chunks.closed):
-            outcome = await asyncio.shield(chunk.decode)
-            if outcome is None:
-                return None
-            outcomes.append(outcome)
-        return outcomes
-
-    async def _run_interim(self, segment: Segment, turn: Turn | None, audio_ms: int) -> None:
+    async def _run_interim(self, segment: Segment, turn: Turn | None, snapshot: TailSnapshot) -> None:
+        """The tail as of ``snapshot``, joined with the chunks closed before it (:mod:`.tail`)."""
         tail_text, lang = "", None
-        if segment.chunks.tail_needs_decode:  # a tail of pause only adds nothing to the chunks' text
-            request = self._tail_request(segment)
+        if snapshot.request is not None:  # a tail of pause only adds nothing to the chunks' text
             try:
-                outcome = await self._scheduler.submit(request, Priority.INTERIM, self._owner,
+                outcome = await self._scheduler.submit(snapshot.request, Priority.INTERIM, self._owner,
                                                        coalesce_key=(self._owner, self.seat),
                                                        trace=self._trace_tag(segment))
             except Exception:
@@ -321,7 +308,7 @@ class SeatPipeline:
             if outcome is None or segment.closed:  # superseded, cancelled, or the final owns it now
                 return
             tail_text, lang = outcome.result.text, outcome.result.lang
-        earlier = await self._chunk_outcomes(segment)
+        earlier = await snapshot.chunk_outcomes()
         if earlier is None or segment.closed or turn is None:
             return
         if lang is None and earlier:
@@ -329,21 +316,19 @@ class SeatPipeline:
         staged = turn.stage.interim(join_texts([*(chunk.result.text for chunk in earlier), tail_text]), lang,
                                        detect_wake=turn.at_start(segment.segment_id))
         if staged.wake is not None:  # so the client can duck the radio before the command is over
-            self._turns.announce_wake(turn, segment.segment_id, staged.wake, audio_ms)
-        text = staged.text
-        if not text or text == segment.last_interim_text:  # the wake phrase alone is no interim
-            return
-        segment.last_interim_text = text
-        self._emit(InterimFrame(seat=self.seat, segment_id=segment.segment_id, text=text, audio_ms=audio_ms))
+            self._turns.announce_wake(turn, segment.segment_id, staged.wake, snapshot.audio_ms)
+        if segment.show_interim(staged.text, snapshot.audio_ms):  # not the wake phrase alone, nor stale
+            self._emit(InterimFrame(seat=self.seat, segment_id=segment.segment_id, text=staged.text,
+                                    audio_ms=snapshot.audio_ms))
 
     async def _run_final(self, segment: Segment, turn: Turn, previous: asyncio.Task[None] | None,
-                         request: AsrRequest | None, decode: asyncio.Future[DecodeOutcome | None] | None) -> None:
+                         snapshot: TailSnapshot, decode: asyncio.Future[DecodeOutcome | None] | None) -> None:
         """Emit the segment's final: the closed chunks' texts and, unless the tail held no speech,
         the tail's decode (``decode`` None: the chunks say everything; the last one's tags count)."""
         text, lang, emotion, event, timing = "", None, None, None, {}
         chunks_ready = segment.ended_at
         try:
-            earlier = await self._chunk_outcomes(segment)
+            earlier = await snapshot.chunk_outcomes()
             chunks_ready = time.perf_counter()
             outcome = await decode if decode is not None else None
         except Exception as exc:
@@ -359,14 +344,14 @@ class SeatPipeline:
             last = pieces[-1].result
             lang, emotion, event = last.lang, last.emotion, last.event
             timing = {"queue_ms": 0.0, "decode_ms": 0.0, "batch": 0, "tail_audio_ms": 0}
-            if outcome is not None and request is not None:
+            if outcome is not None and snapshot.request is not None:
                 timing = {"queue_ms": round(outcome.queue_ms, 2), "decode_ms": round(outcome.decode_ms, 2),
-                          "batch": outcome.batch_size, "tail_audio_ms": request.samples.shape[0] // 16}
+                          "batch": outcome.batch_size, "tail_audio_ms": snapshot.request.samples.shape[0] // 16}
             timing |= {"chunks": len(pieces),
                        "chunk_wait_ms": round(max(0.0, chunks_ready - segment.ended_at) * 1000.0, 2)}
         if previous is not None:
             await asyncio.wait({previous})  # in order; a failure there (logged) must not lose this final
-        staged = self._staged_final(segment, turn, text, lang)
+        staged = await self._staged_final(segment, turn, text, lang)
         if staged.wake is not None:
             self._turns.announce_wake(turn, segment.segment_id, staged.wake, segment.end_ms)
         latency_ms = (time.perf_counter() - segment.ended_at) * 1000.0
@@ -382,12 +367,13 @@ class SeatPipeline:
         ))
         self._turns.segment_final(turn, segment.segment_id, text, segment.end_ms, segment.ended_at, lang, staged)
 
-    def _staged_final(self, segment: Segment, turn: Turn, text: str, lang: str | None) -> StagedText:
+    async def _staged_final(self, segment: Segment, turn: Turn, text: str, lang: str | None) -> StagedText:
         """The final through the text stage, after the previous final (whether a wake phrase counts
-        depends on what the turn said before). Inline, not on a thread: the ITN grammars hold the
-        GIL, so a thread would not free the loop. A fault there sends the text as recognised."""
+        depends on what the turn said before), ITN in the worker process (a thread would not free
+        the loop: the grammars hold the GIL). A fault there sends the text as recognised."""
         try:
-            return turn.stage.final(text, lang, turn.engine_itn, detect_wake=turn.at_start(segment.segment_id))
+            return await turn.stage.final_off_loop(text, lang, turn.engine_itn,
+                                                   detect_wake=turn.at_start(segment.segment_id))
         except Exception:
             log.exception("text stage failed on a final (seat %s, segment %d); sending it as recognised",
                           self.seat, segment.segment_id, extra={"segment": segment.segment_id})

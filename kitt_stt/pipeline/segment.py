@@ -29,6 +29,7 @@ class Segment:
     last_interim_audio_ms: int | None = None
     last_interim_wall: float = 0.0
     last_interim_text: str = ""
+    last_interim_shown_ms: int = -1  # the audio time of the last interim sent
     # the end-of-turn prediction started when a pause closed the last chunk; the segment's end
     # uses it if no speech came after (so the commit need not wait for the model)
     pause_prediction: asyncio.Future[TurnPrediction] | None = None
@@ -48,6 +49,15 @@ class Segment:
         interval = cadence.min_interval_ms
         return (audio_ms - self.last_interim_audio_ms >= interval
                 and (time.perf_counter() - self.last_interim_wall) * 1000.0 >= interval)
+
+    def show_interim(self, text: str, audio_ms: int) -> bool:
+        """Whether an interim of ``text`` as of ``audio_ms`` goes out (and note it if so): not an
+        empty one, not the same text again, and not one older than an interim already sent (with
+        several decode workers a later interim can finish first; the older one would step back)."""
+        if not text or text == self.last_interim_text or audio_ms <= self.last_interim_shown_ms:
+            return False
+        self.last_interim_text, self.last_interim_shown_ms = text, audio_ms
+        return True
 
     def mark_interim_requested(self, audio_ms: int) -> None:
         self.last_interim_audio_ms = audio_ms

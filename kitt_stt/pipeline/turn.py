@@ -80,22 +80,49 @@ class Turn:
         """The whole turn through the text stage. A one-segment turn is its final as sent (staged
         alike). A short turn is run again as one text, so a wake phrase or a number split by a pause
         ("你好" | "小凯打开", "二十" | "六度") is still found; a long one joins its finals as they were
-        sent, because ITN's cost grows with the text and runs on the event loop (``docs/text.md``).
-        The result is kept until another final arrives: ``turn_eager`` and the commit share it."""
-        finals = tuple(sid for sid in self.segment_ids if sid in self.staged_finals)
+        sent, because ITN's cost grows with the text and the commit waits for it (``docs/text.md``).
+        The result is kept until another final arrives: ``turn_eager`` and the commit share it;
+        :meth:`stage_off_loop` makes it ready without running ITN on the event loop."""
+        finals = self._finals()
         if self._staged is not None and self._staged[0] == finals:
             return self._staged[1]
-        staged = self._stage_now(finals)
+        restage = self._restage(finals)
+        staged = self.stage.final(*restage, self.engine_itn) if restage else self._as_sent(finals)
         self._staged = (finals, staged)
         return staged
 
-    def _stage_now(self, finals: tuple[int, ...]) -> StagedText:
+    async def stage_off_loop(self) -> None:
+        """:meth:`staged`, with ITN in the text stage's worker process: awaited before the turn's
+        decision and its flush, so ``turn_eager`` and the commit find it ready. A fault there
+        commits the text as recognised (it must not cost the turn its commit)."""
+        finals = self._finals()
+        restage = self._restage(finals)
+        if restage is None or (self._staged is not None and self._staged[0] == finals):
+            return
+        try:
+            staged = await self.stage.final_off_loop(*restage, self.engine_itn)
+        except Exception:
+            log.exception("text stage failed on a turn; committing the text as recognised")
+            staged = StagedText(self.text())
+        self._staged = (finals, staged)
+
+    def _finals(self) -> tuple[int, ...]:
+        return tuple(sid for sid in self.segment_ids if sid in self.staged_finals)
+
+    def _restage(self, finals: tuple[int, ...]) -> tuple[str, str | None] | None:
+        """The (text, language) to run through the text stage again as one, or None to use the
+        finals as they were sent."""
         if len(finals) == 1:
-            return self.staged_finals[finals[0]]
+            return None
         text = self.text()
         if len(text) <= RESTAGE_MAX_CHARS:
             lang = next(iter(self.langs)) if len(self.langs) == 1 else None  # mixed: read it from the text
-            return self.stage.final(text, lang, self.engine_itn)
+            return text, lang
+        return None
+
+    def _as_sent(self, finals: tuple[int, ...]) -> StagedText:
+        if len(finals) == 1:
+            return self.staged_finals[finals[0]]
         sent = [self.staged_finals[sid] for sid in finals]
         wake = next((final.wake for final in sent if final.wake is not None), None)
         return StagedText(join_texts(final.text for final in sent), wake)
@@ -271,6 +298,7 @@ class TurnTracker:
 
     async def _decide(self, turn: Turn, context: TurnContext) -> None:
         try:
+            await turn.stage_off_loop()  # before the policy: turn_eager and the commit read it
             decision = await self._policy.decide(context)
         except asyncio.CancelledError:
             raise
@@ -306,6 +334,7 @@ class TurnTracker:
                 await asyncio.wait({asyncio.ensure_future(finals_done)})
             if previous is not None:
                 await asyncio.wait({previous})
+            await turn.stage_off_loop()
             ended = turn.speech_ended_at or time.perf_counter()
             self._commit(turn, Decision(reason, wait_ms=(time.perf_counter() - ended) * 1000.0))
 

@@ -43,6 +43,7 @@ class Priority(IntEnum):
     FINAL = 0
     CHUNK = 1  # a closed chunk of an open segment: the final will need it
     INTERIM = 2
+    FILE = 3  # an uploaded file (POST /v1/audio/transcriptions): never ahead of live audio
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from kitt_stt.protocol.errors import ErrorCode
 from kitt_stt.protocol.frames import ErrorFrame
 from kitt_stt.scheduler import InferenceScheduler, Priority
 from kitt_stt.server.connection import CLOSE_TRY_AGAIN_LATER, Connection
+from kitt_stt.server.openai_routes import openai_router
 from kitt_stt.server.state import ServiceState
 from kitt_stt.turnsense.runner import TurnModelRunner
 
@@ -92,6 +93,7 @@ def create_app(config: AppConfig, engine: AsrEngine | EnginePlan, turn_model: Tu
     app.state.service = state
     if config.server.console:
         mount_console(app, config)
+    app.include_router(openai_router(state))  # /v1/audio/transcriptions, /v1/models (docs/integrations.md)
 
     @app.get("/healthz")
     async def healthz() -> JSONResponse:

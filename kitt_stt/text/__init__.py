@@ -8,7 +8,8 @@ One module per step, each behind its own interface, composed by :class:`TextStag
   sound (pinyin, words) despite misrecognitions, and cut off with the punctuation after it.
 - :mod:`.itn` (:class:`InverseNormalizer`): numbers, times, measures and percentages as digits
   (WeTextProcessing's grammars through wetext), with :mod:`.itn_style` keeping the speaker's
-  unit words.
+  unit words; :mod:`.offload` (:class:`ItnWorker`) runs it in a worker process for the service,
+  off the event loop.
 - :mod:`.stage` (:class:`TextStage`): the steps for interims (cheap ones) and for finals and
   commits (all); :mod:`.gate` (:class:`WakeGate`): which turns are committed, by their wake phrase.
 - :mod:`.tokens` and :mod:`.language`: the sound tokens the wake matcher compares, and which
@@ -18,6 +19,7 @@ One module per step, each behind its own interface, composed by :class:`TextStag
 from kitt_stt.text.gate import TurnAction, TurnWake, WakeGate
 from kitt_stt.text.itn import InverseNormalizer, ItnParams, WetextNormalizer
 from kitt_stt.text.language import TextLanguage, text_language
+from kitt_stt.text.offload import ItnWorker
 from kitt_stt.text.script import OpenCCConverter, ScriptConverter, ScriptMode
 from kitt_stt.text.stage import StagedText, TextSettings, TextStage, load
 from kitt_stt.text.wake import (
@@ -33,6 +35,7 @@ from kitt_stt.text.wake import (
 __all__ = [
     "InverseNormalizer",
     "ItnParams",
+    "ItnWorker",
     "OpenCCConverter",
     "PinyinWakeDetector",
     "ScriptConverter",

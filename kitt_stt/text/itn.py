@@ -58,21 +58,26 @@ class WetextNormalizer(InverseNormalizer):
     ``wetext`` reads all its grammars when imported (~0.3 s, tens of MB), so the import happens on
     first use (or :meth:`load` at start-up), once per process, under a lock.  A call costs 1-2 ms
     for a short command and grows with the text (``docs/text.md``); kaldifst holds the GIL while
-    it runs, so a text without a number word or numeral (most commands) does not go to it.
+    it runs, so a text without a number word or numeral (most commands) does not go to it, and the
+    service runs the grammars in a worker process (:mod:`.offload`).
     """
 
     def __init__(self, params: ItnParams | None = None) -> None:
         self._params = params or ItnParams()
 
+    @property
+    def params(self) -> ItnParams:
+        return self._params
+
     def normalize(self, text: str, language: TextLanguage) -> str:
-        if not _has_number(text, language):
+        if not has_number(text, language):
             return text
         pieces = _split_kept(text, language)  # words that only look like numbers stay as they are
         return "".join(piece if index % 2 else self._normalize_piece(piece, language)
                        for index, piece in enumerate(pieces))
 
     def _normalize_piece(self, text: str, language: TextLanguage) -> str:
-        if not text.strip() or not _has_number(text, language):
+        if not text.strip() or not has_number(text, language):
             return text
         written = _normalizer(language).normalize(text.strip())
         if self._params.spoken_units:
@@ -85,8 +90,6 @@ class WetextNormalizer(InverseNormalizer):
         """Read the grammars now rather than at the first final."""
         for language in TextLanguage:
             _normalizer(language)
-
-
 
 
 # Words the grammars would turn into numbers although they are none: "wait a second", "call mom
@@ -120,7 +123,7 @@ _EN_NUMBER = re.compile(
     r"|twelfth|\w+teenth|\w+tieth|hundredth|thousandth|millionth|billionth)\b", re.IGNORECASE)
 
 
-def _has_number(text: str, language: TextLanguage) -> bool:
+def has_number(text: str, language: TextLanguage) -> bool:
     """Whether the grammars could change ``text``: a numeral character, or a number word (cardinal
     or ordinal, "oh" as in "oh five").  Cheap, and most in-car commands have none."""
     if language is TextLanguage.ZH:

@@ -2,10 +2,11 @@
 
 Steps, in order: script conversion (:mod:`.script`), wake-phrase detection and stripping
 (:mod:`.wake`), inverse text normalisation (:mod:`.itn`).  Interims get the cheap two (tens of
-microseconds); finals and commits all three (ITN costs a millisecond or more and holds the GIL, so
-the pipeline runs it inline and keeps what it feeds it short: ``docs/text.md``).  Engines still
-strip their own tags (``kitt_stt/asr/text.py``): SenseVoice's tags carry the language, emotion and
-event the engine reports, so they are parsed where they are read.
+microseconds); finals and commits all three.  ITN costs a millisecond or more, growing with the
+text, and holds the GIL, so the service awaits :meth:`TextStage.final_off_loop`, which runs it in
+a worker process (:mod:`.offload`); :meth:`TextStage.final` runs it in the caller (tools,
+tests).  Engines still strip their own tags (``kitt_stt/asr/text.py``): SenseVoice's tags
+carry the language, emotion and event the engine reports, so they are parsed where they are read.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pydantic import BaseModel, ConfigDict
 
 from kitt_stt.text.itn import WetextNormalizer
 from kitt_stt.text.language import TextLanguage, text_language
+from kitt_stt.text.offload import shared_worker
 from kitt_stt.text.script import OpenCCConverter, ScriptMode
 from kitt_stt.text.tokens import tokenize
 from kitt_stt.text.wake import PinyinWakeDetector, WakeMatch, WakeMode, WakeSettings
@@ -39,6 +41,16 @@ class StagedText:
 
     text: str
     wake: WakeMatch | None = None
+
+
+@dataclass(frozen=True)
+class _BeforeItn:
+    """A final after the cheap steps: ``language`` None when ITN does not apply; ``script`` is the
+    one to convert the normalised text (back) into."""
+
+    staged: StagedText
+    language: TextLanguage | None
+    script: ScriptMode
 
 
 class TextStage:
@@ -67,17 +79,36 @@ class TextStage:
 
         ``engine_itn``: the engine already normalised this text (SenseVoice with ``use_itn``), so
         ITN is skipped.  The Mandarin grammars read simplified characters: a session that wants
-        traditional ones gets them converted after ITN.
+        traditional ones gets them converted after ITN.  ITN runs here, in the caller's thread.
         """
+        before = self._before_itn(text, lang, engine_itn, detect_wake)
+        if before.language is None:
+            return before.staged
+        return self._after_itn(before, self._itn.normalize(before.staged.text, before.language))
+
+    async def final_off_loop(self, text: str, lang: str | None = None, engine_itn: bool = False,
+                             detect_wake: bool = True) -> StagedText:
+        """:meth:`final`, with ITN in the worker process, so the event loop goes on meanwhile;
+        the cheap steps stay on it (~50 µs for a command, a few ms for a long text with the
+        largest wake configuration)."""
+        before = self._before_itn(text, lang, engine_itn, detect_wake)
+        if before.language is None:
+            return before.staged
+        written = await shared_worker().normalize(before.staged.text, before.language, self._itn.params)
+        return self._after_itn(before, written)
+
+    def _before_itn(self, text: str, lang: str | None, engine_itn: bool, detect_wake: bool) -> _BeforeItn:
         language = text_language(lang, text)
         script = self._script(language)
         normalize = self.text_settings.itn and not engine_itn and language is not None
         working = ScriptMode.SIMPLIFIED if script is ScriptMode.TRADITIONAL and normalize else script
         converted = self._convert(text, working)
         staged = self._wake(converted) if detect_wake else StagedText(converted)
-        if not normalize or language is None:
-            return staged
-        result = self._convert(self._itn.normalize(staged.text, language), script)
+        return _BeforeItn(staged, language if normalize else None, script)
+
+    def _after_itn(self, before: _BeforeItn, written: str) -> StagedText:
+        script, staged = before.script, before.staged
+        result = self._convert(written, script)
         if staged.wake is None:
             return StagedText(result)
         return StagedText(result, replace(staged.wake, heard=self._convert(staged.wake.heard, script), rest=result))
@@ -94,10 +125,15 @@ class TextStage:
         return StagedText(text) if match is None else StagedText(match.rest, match)
 
 
-def load() -> None:
+def load(itn_worker: bool = False) -> None:
     """Load pypinyin's dictionaries, OpenCC's and the ITN grammars now (~0.45 s, once per
-    process), so the first session's first final does not wait for them; for start-up warm-up."""
+    process), so the first session's first final does not wait for them; for start-up warm-up.
+    ``itn_worker``: the grammars are loaded in the worker process (spawned now) that
+    :meth:`TextStage.final_off_loop` uses, not in this one."""
     tokenize("预热")
     for script in (ScriptMode.SIMPLIFIED, ScriptMode.TRADITIONAL):
         OpenCCConverter(script).convert("预热")
-    WetextNormalizer.load()
+    if itn_worker:
+        shared_worker().start()
+    else:
+        WetextNormalizer.load()

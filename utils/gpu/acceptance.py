@@ -1,28 +1,33 @@
-"""GPU acceptance: install the GPU build, prove the CUDA and TensorRT providers really run the
-model, time the three TensorRT start-up paths, and measure final latency on CUDA and TensorRT.
+"""GPU acceptance: one offline run that gives a CPU / CUDA / TensorRT A/B table of the service on
+its production settings, with the most valuable rows first and every result on disk as it comes.
 
-    utils/gpu/acceptance.sh                      # everything (about 8 minutes on a fast link)
-    utils/gpu/acceptance.sh --skip-install --model /models/sensevoice --skip latency
+    utils/gpu/acceptance.sh --offline --wheels WHEELS --out OUT          # the GPU host (about 8 min)
+    utils/gpu/acceptance.sh --offline --providers cpu --out OUT           # the CPU arm alone
+    python -m utils.gpu.summary OUT                                       # the table, from whatever exists
 
-Steps, stopping at the first failure: (1) a GPU is visible, (2) pip install the ``gpu`` extra
-with deployment/pins/gpu-<machine>.txt, (3) ``kitt-stt doctor`` on the TensorRT configuration,
-(4) the SenseVoice-shaped benchmark model (``--model DIR`` to bring one), (5) a CUDA session:
-``get_providers()`` and the profile's node placement, (6) a cold TensorRT build (``kitt-stt trt
-build`` into an empty keyed cache), (7) a cache-warm load, (8) the EP-context load, (9) final
-latency, 4 seats x 3/15/30 s, on CUDA and on TensorRT. Then one table. Exit status: 0 all passed,
-1 a step failed, 3 no GPU (a CPU host stops at step 1, before installing or building anything).
+Steps, in this order, each with its time limit (sized for an H100/H200-class host) under one
+total budget (``--budget-s``, 480): ``preflight`` (< 10 s: every missing thing by name; exit 2),
+``install`` (the wheel folder into a private target folder, ``--no-index``), ``models`` (TurnSense
+from the staged wheel; sensevoice-bench built unless ``--model DIR``), ``ab`` (CPU and CUDA arms
+side by side on disjoint CPU cores: 4 seats x 3/15/30 s, 5 rounds after a warm-up), ``placement``
+(the CUDA session's providers and its profile), ``trt-build`` (cold build, cache-warm and
+EP-context loads, timed), ``trt`` (the TensorRT arm, same cells), ``scale`` (16 and 64 seats, GPU
+arms), ``agreement`` (token sequences of every provider against the CPU's). TensorRT steps run
+where its libraries exist (or when ``--providers`` names it: then their absence is an error).
+
+This process needs only the standard library: everything that imports the project's
+dependencies runs as a child, with the private target folder first on ``PYTHONPATH`` and the
+NVIDIA wheels' library folders on ``LD_LIBRARY_PATH``. Exit status: 0 every step that ran passed,
+1 a step failed, 2 the preflight found something missing.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import json
 import os
 import platform
 import shutil
-import site
 import subprocess
 import sys
 import time
@@ -33,275 +38,347 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-import yaml  # noqa: E402
+from utils.gpu import record  # noqa: E402
+from utils.gpu.children import Child, child_env, core_split, start, wait_all  # noqa: E402
+from utils.gpu.install import install_offline  # noqa: E402
+from utils.gpu.preflight import TURNSENSE_FILE, Plan, Report, find_model, run_preflight  # noqa: E402
+from utils.gpu.server import run_config  # noqa: E402
+from utils.gpu.steps import EXIT_OK, Missing, Step, StepFailed, StepResult, run_steps  # noqa: E402
+from utils.gpu.summary import write_table  # noqa: E402
 
-from utils.gpu.install import finish_commands, install_commands, pins_file  # noqa: E402
-from utils.gpu.latency import service_overrides  # noqa: E402
-from utils.gpu.steps import NoGpu, Step, StepFailed, run_steps  # noqa: E402
-from utils.gpu.summary import format_table, summary_rows  # noqa: E402
-
-STEP_TIMEOUT_S = 600
+PROVIDERS = ("cpu", "cuda", "tensorrt")
+BUDGET_S = 480
+#: Wall time of one round beyond its audio: 2 s pre-roll, start sync, the commit after the final
+#: (TurnSense, else asr's 1.5 s silence fallback); measured 3.2 s here on the tone model.
+ROUND_OVERHEAD_S = 3.5
+SERVER_START_S = 60  # model load and warm-up until /readyz (a TensorRT EP-context load: ~10 s)
+PLAN_SLACK = 1.2
 
 
 @dataclass
 class Context:
     args: argparse.Namespace
-    work: Path
-    python: str = sys.executable
-    facts: dict[str, str] = field(default_factory=dict)
-    timings: dict[str, str] = field(default_factory=dict)
-    latency: list[dict[str, Any]] = field(default_factory=list)
-    probes: dict[str, Any] = field(default_factory=dict)
+    out: Path
+    providers: list[str]
+    tensorrt_required: bool
+    report: Report = field(default_factory=Report)
+    env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+    built_trt: bool = False
 
     @property
-    def model_dir(self) -> Path:
-        return self.args.model or self.work / "sensevoice-bench"
+    def work(self) -> Path:
+        return self.out / "work"
+
+    @property
+    def target(self) -> Path:
+        return self.args.target or self.out / "site"
+
+    @property
+    def model(self) -> Path:
+        return self.args.model or find_model("sensevoice-bench", self.work, "model.onnx") or \
+            self.work / "models" / "sensevoice-bench"
+
+    @property
+    def turnsense(self) -> Path:
+        return self.args.turnsense or find_model("turnsense", self.work, TURNSENSE_FILE) or \
+            self.work / "models" / "turnsense"
 
     @property
     def trt_cache(self) -> Path:
         return self.work / "trt-cache"
 
-    @property
-    def config(self) -> Path:
-        return self.work / "trt.yaml"
+    def gpu_providers(self) -> list[str]:
+        return [p for p in self.providers if p != "cpu" and (p != "tensorrt" or self.report.tensorrt
+                                                             or self.tensorrt_required)]
+
+    def python(self) -> str:
+        return sys.executable
+
+    def start(self, name: str, command: list[str], limit: float, cores: list[int] | None = None) -> Child:
+        env = child_env(self.env, self.target, self.report.library_dirs, self.args.offline)
+        return start(name, command, limit, self.work / "logs", env, cores)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", type=Path, help="SenseVoice directory with model.onnx (default: build "
-                                                     "sensevoice-bench into WORK, ~1 min, needs torch and ~5 GB)")
-    parser.add_argument("--work", type=Path, default=REPO / ".cache" / "gpu-acceptance",
-                        help="working directory: model, TensorRT cache, logs (default: .cache/gpu-acceptance)")
-    parser.add_argument("--skip-install", action="store_true", help="use the environment as it is (GPU images)")
-    parser.add_argument("--pins", type=Path, help="pip constraints (default: deployment/pins/gpu-<machine>.txt)")
-    parser.add_argument("--device-id", type=int, default=0)
-    parser.add_argument("--seats", type=int, default=4)
+    parser.add_argument("--out", type=Path, required=True, help="results (results.jsonl, table.md) and work files")
+    parser.add_argument("--offline", action="store_true", help="never reach an index (pip gets --no-index)")
+    parser.add_argument("--wheels", type=Path, help="the staged wheel folder (stage download; joined)")
+    parser.add_argument("--target", type=Path, help="private install folder (default OUT/site)")
+    parser.add_argument("--providers", help="comma list of cpu,cuda,tensorrt (default: cpu,cuda and tensorrt "
+                                            "where its libraries exist)")
+    parser.add_argument("--model", type=Path, help="a SenseVoice directory (model.onnx, tokens.txt); default: "
+                                                   "build sensevoice-bench (needs torch)")
+    parser.add_argument("--turnsense", type=Path, help="a TurnSense directory (default: from the wheel folder)")
+    parser.add_argument("--seats", type=int, default=4, help="seats of the A/B cells")
     parser.add_argument("--lengths", type=float, nargs="+", default=[3.0, 15.0, 30.0])
-    parser.add_argument("--keep-cache", action="store_true", help="do not empty the TensorRT cache before step 6")
-    parser.add_argument("--skip", action="append", default=[], metavar="STEP", help="skip a step by name (repeatable)")
-    parser.add_argument("--json-out", type=Path, help="also write the results as JSON here")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--scale-seats", type=int, nargs="*", default=[16, 64])
+    parser.add_argument("--scale-lengths", type=float, nargs="+", default=[15.0])
+    parser.add_argument("--budget-s", type=float, default=BUDGET_S, help="total time budget (default 480)")
+    parser.add_argument("--sequential", action="store_true", help="run the A/B arms one after another")
+    parser.add_argument("--device-id", type=int, default=0)
     args = parser.parse_args(argv)
-    if args.skip_install:
-        args.skip.append("install")
-    unknown = sorted(set(args.skip) - {step.name for step in STEPS})
-    if unknown:
-        parser.error(f"unknown step(s) {', '.join(unknown)}; steps: {', '.join(step.name for step in STEPS)}")
+    if args.providers:
+        unknown = set(args.providers.split(",")) - set(PROVIDERS)
+        if unknown:
+            parser.error(f"unknown provider(s) {', '.join(sorted(unknown))}; choose from {', '.join(PROVIDERS)}")
+    if args.rounds < 1 or args.warmup < 0:
+        parser.error("--rounds must be >= 1 and --warmup >= 0")
+    for name in ("out", "wheels", "target", "model", "turnsense"):  # children run in the repository
+        if getattr(args, name) is not None:
+            setattr(args, name, getattr(args, name).absolute())
     return args
 
 
-# ----- helpers -----------------------------------------------------------------------------------
+# ----- children ----------------------------------------------------------------------------------
 
-def run(command: list[str], timeout: float = STEP_TIMEOUT_S, echo: bool = True) -> subprocess.CompletedProcess[str]:
-    """Run a child with this process's environment; a non-zero exit is a failed step."""
-    if echo:
-        print("  $ " + " ".join(command), flush=True)
-    try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=REPO)
-    except subprocess.TimeoutExpired:
-        raise StepFailed(f"{' '.join(command[:4])} ... did not finish in {timeout:.0f} s") from None
-    if result.returncode != 0:
-        tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-15:])
-        raise StepFailed(f"{' '.join(command[:5])} ... exited {result.returncode}:\n{tail}")
-    return result
+def run_once(ctx: Context, name: str, command: list[str], limit: float) -> str:
+    child = ctx.start(name, command, limit)
+    problems = wait_all([child])
+    if problems:
+        raise StepFailed("; ".join(problems))
+    return child.log.read_text(errors="replace")
 
 
-def export_gpu_library_path() -> None:
-    """NVIDIA's wheels' library folders on LD_LIBRARY_PATH for every child (as the GPU image sets it);
-    the dynamic loader reads it at process start, so it serves the children, not this process."""
-    folders = []
-    for root in dict.fromkeys(site.getsitepackages()):
-        folders += sorted(str(path) for path in Path(root).glob("nvidia/*/lib") if path.is_dir())
-        if (Path(root) / "tensorrt_libs").is_dir():
-            folders.append(str(Path(root) / "tensorrt_libs"))
-    current = [entry for entry in os.environ.get("LD_LIBRARY_PATH", "").split(":") if entry]
-    os.environ["LD_LIBRARY_PATH"] = ":".join(dict.fromkeys(folders + current))
-
-
-def provider_state() -> str:
-    try:
-        import onnxruntime as ort
-    except ImportError:
-        return "onnxruntime is not installed"
-    providers = ort.get_available_providers()
-    if "CUDAExecutionProvider" in providers:
-        return f"onnxruntime {ort.__version__} has CUDAExecutionProvider"
-    return f"CUDAExecutionProvider not available (onnxruntime {ort.__version__} offers {', '.join(providers)})"
-
-
-def session_probe(ctx: Context, provider: str, mode: str) -> dict[str, Any]:
-    result = subprocess.run([ctx.python, str(REPO / "utils" / "gpu" / "session_probe.py"), "--config", str(ctx.config),
-                             "--model", str(ctx.model_dir), "--provider", provider, "--mode", mode],
-                            capture_output=True, text=True, timeout=STEP_TIMEOUT_S, cwd=REPO)
-    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
-    if not lines:
-        tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-15:])
-        raise StepFailed(f"session probe ({provider}, {mode}) exited {result.returncode}:\n{tail}")
-    probe: dict[str, Any] = json.loads(lines[-1])
-    ctx.probes[f"{provider}-{mode}"] = probe
-    if probe["problem"]:
-        raise StepFailed(f"{provider} ({mode}): {probe['problem']}")
-    return probe
+def arms(ctx: Context, step: str, providers: list[str], seats: list[int], lengths: list[float], limit: float,
+         parallel: bool) -> str:
+    base = [ctx.python(), "-m", "utils.gpu.arm", "--model", str(ctx.model), "--turnsense", str(ctx.turnsense),
+            "--trt-cache", str(ctx.trt_cache), "--work", str(ctx.work), "--out", str(ctx.out), "--step", step,
+            "--seats", *map(str, seats), "--lengths", *map(str, lengths), "--rounds", str(ctx.args.rounds),
+            "--warmup", str(ctx.args.warmup), "--device-id", str(ctx.args.device_id)]
+    groups = [providers] if parallel else [[provider] for provider in providers]
+    problems = []
+    deadline = time.monotonic() + limit
+    for group in groups:
+        children = [ctx.start(f"{step}-{p}", [*base, "--provider", p], deadline - time.monotonic(), cores)
+                    for p, cores in zip(group, core_split(len(group)), strict=True)]
+        problems += wait_all(children)
+    cells = [line for line in record.read(ctx.out) if line["kind"] == "cell" and line["step"] == step]
+    if problems:
+        raise StepFailed(f"{len(cells)} cells written; " + "; ".join(problems))
+    return f"{len(cells)} cells ({', '.join(providers)}{', side by side' if parallel and len(providers) > 1 else ''})"
 
 
 # ----- steps -------------------------------------------------------------------------------------
 
-def step_gpu(ctx: Context) -> str:
-    from kitt_stt.ops.gpu import probe_gpus
-
-    probe = probe_gpus()
-    gpu = probe.device(ctx.args.device_id)
-    if gpu is None:
-        seen = probe.summary() if probe.gpus else "; ".join(probe.problems)
-        raise NoGpu(f"no GPU: {provider_state()}; no NVIDIA device {ctx.args.device_id} is visible ({seen})")
-    ctx.facts["GPU"] = f"{gpu.name}, compute capability {gpu.compute_capability} ({probe.source})"
-    return f"{ctx.facts['GPU']}; {provider_state()}"
-
-
-def step_install(ctx: Context) -> str:
-    pins = ctx.args.pins or pins_file(REPO)
-    if pins is None and platform.machine() != "x86_64":
-        raise StepFailed(f"no deployment/pins/gpu-{platform.machine()}.txt: PyPI's GPU wheels are x86-64 builds; on a "
-                         "Jetson use the Orin image (Dockerfile.orin) or NVIDIA's JetPack wheel, then --skip-install")
-    for command in install_commands(ctx.python, REPO, pins):
-        run(command)  # `pip uninstall` of a package that is not there only warns
-    version = run([ctx.python, "-c", "import importlib.metadata as m; print(m.version('onnxruntime-gpu'))"],
-                  echo=False).stdout.strip()
-    for command in finish_commands(ctx.python, pins, version):
-        run(command)
-    importlib.invalidate_caches()
-    export_gpu_library_path()
-    providers = run([ctx.python, "-c", "import onnxruntime as o; print(','.join(o.get_available_providers()))"],
-                    echo=False).stdout.strip().split(",")
-    missing = [name for name in ("CUDAExecutionProvider", "TensorrtExecutionProvider") if name not in providers]
-    if missing:
-        raise StepFailed(f"after the install onnxruntime still lacks {', '.join(missing)} (it has {providers})")
-    return f"onnxruntime-gpu {version} ({'pins ' + pins.name if pins else 'no pins file'})"
+def step_preflight(ctx: Context, limit: float) -> str:
+    plan = Plan(ctx.providers, ctx.tensorrt_required, ctx.args.wheels, ctx.target, ctx.work, ctx.args.model,
+                ctx.args.turnsense, build_bench=ctx.args.model is None)
+    ctx.report = run_preflight(plan)
+    print("\n".join(ctx.report.lines()), flush=True)
+    record.append(ctx.out, "preflight", **ctx.report.as_json())
+    if ctx.report.missing:
+        raise Missing(f"{len(ctx.report.missing)} missing (listed above): "
+                      + ", ".join(item.split(":")[0] for item in ctx.report.missing))
+    trt = "TensorRT: yes" if ctx.report.tensorrt else ctx.report.facts.get("TensorRT", "")
+    gpu = ctx.gpu_providers() or "tensorrt" in ctx.providers
+    return f"nothing missing in {ctx.report.seconds:.1f} s" + (f" ({trt})" if gpu else "")
 
 
-def step_doctor(ctx: Context) -> str:
-    export_gpu_library_path()
-    result = subprocess.run([ctx.python, "-m", "kitt_stt", "doctor", "--config", str(ctx.config)],
-                            capture_output=True, text=True, timeout=STEP_TIMEOUT_S, cwd=REPO)
-    print("\n".join("  | " + line for line in result.stdout.rstrip().splitlines()), flush=True)
-    verdict = (result.stdout.strip().splitlines() or [result.stderr.strip()])[-1]
-    if result.returncode != 0:
-        raise StepFailed(f"kitt-stt doctor exited {result.returncode}: {verdict}")
-    return verdict
+def step_install(ctx: Context, limit: float) -> str:
+    try:
+        return install_offline(ctx.python(), REPO, ctx.args.wheels, ctx.target, ctx.work / "logs" / "install.log")
+    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+        raise StepFailed(str(exc)) from None
 
 
-def step_model(ctx: Context) -> str:
-    directory = ctx.model_dir
-    if not (directory / "model.onnx").is_file():
-        if ctx.args.model:
-            raise StepFailed(f"{directory}: no model.onnx (TensorRT builds from the fp32 model)")
-        if importlib.util.find_spec("torch") is None:
-            raise StepFailed("building sensevoice-bench needs torch (CPU is enough: pip install torch --index-url "
-                             "https://download.pytorch.org/whl/cpu), or pass --model DIR")
-        staging = directory.with_name(directory.name + ".building")
-        shutil.rmtree(staging, ignore_errors=True)
-        run([ctx.python, "-m", "kitt_stt", "models", "build", "sensevoice-bench", "--out", str(staging)])
-        staging.rename(directory)
-    run([ctx.python, "-c", "import sys; from pathlib import Path; from kitt_stt.asr.sense_voice_model import "
-         "load_sense_voice_model as l; print(l(Path(sys.argv[1]), prefer_int8=False).model_path)", str(directory)],
-        echo=False)
-    size = (directory / "model.onnx").stat().st_size
-    ctx.facts["model"] = f"{directory} (model.onnx, {size / 1e6:.0f} MB)"
-    return ctx.facts["model"]
+def step_models(ctx: Context, limit: float) -> str:
+    from utils.gpu.models import turnsense_from_wheel
 
-
-def placed_session(ctx: Context, provider: str, mode: str, timing: str, fact: str) -> dict[str, Any]:
-    """A session probe whose create time and node placement go into the report."""
-    probe = session_probe(ctx, provider, mode)
-    ctx.timings[timing] = f"{probe['create_s']:.1f} s"
-    ctx.facts[fact] = probe["placement"]
-    return probe
-
-
-def step_cuda(ctx: Context) -> str:
-    probe = placed_session(ctx, "cuda", "plain", "CUDA session create", "CUDA placement")
-    return f"{probe['providers'][0]}; {probe['placement']}"
-
-
-def step_trt_cold(ctx: Context) -> str:
-    if not ctx.args.keep_cache:
-        shutil.rmtree(ctx.trt_cache, ignore_errors=True)
-    started = time.perf_counter()
-    result = run([ctx.python, "-m", "kitt_stt", "trt", "build", "--config", str(ctx.config)])
-    seconds = time.perf_counter() - started
-    kept = " (--keep-cache: not a cold build)" if ctx.args.keep_cache else ""
-    ctx.timings["TensorRT cold build (kitt-stt trt build)"] = f"{seconds:.1f} s{kept}"
-    lines = result.stdout.strip().splitlines()
-    return next((line for line in lines if line.startswith(("wrote", "already"))), f"{seconds:.1f} s")
-
-
-def step_trt_warm(ctx: Context) -> str:
-    probe = session_probe(ctx, "tensorrt", "warm")
-    reused = "engine reused" if probe["engines_reused"] else "engine rebuilt, not reused"
-    ctx.timings["TensorRT cache-warm load"] = f"{probe['create_s']:.1f} s ({reused})"
-    return f"{probe['create_s']:.1f} s, {reused}; {probe['placement']}"
-
-
-def step_trt_ctx(ctx: Context) -> str:
-    probe = placed_session(ctx, "tensorrt", "ctx", "TensorRT EP-context load", "TensorRT placement")
-    return f"{probe['create_s']:.1f} s; {probe['placement']}"
-
-
-def step_latency(ctx: Context) -> str:
-    from utils.gpu.latency import measure
-
-    for provider in ("cuda", "tensorrt"):
-        work = ctx.work / f"latency-{provider}"
-        work.mkdir(parents=True, exist_ok=True)
+    done = []
+    if not (ctx.turnsense / TURNSENSE_FILE).is_file():
+        wheel = sorted((ctx.args.wheels or Path("/nonexistent")).glob("models/pipecat_ai-1.14.0-*.whl"))
+        if not wheel:
+            raise StepFailed("no TurnSense: pass --turnsense DIR or stage the wheel folder")
         try:
-            ctx.latency += measure(provider, ctx.model_dir, ctx.trt_cache, work, ctx.args.seats, ctx.args.lengths)
-        except (RuntimeError, OSError, ImportError) as exc:
-            raise StepFailed(f"latency on {provider}: {exc}") from None
-    incomplete = sum(row["missing"] for row in ctx.latency)
-    if incomplete:
-        raise StepFailed(f"{incomplete} seat rounds without exactly one final")
-    return f"{len(ctx.latency)} rows"
+            turnsense_from_wheel(wheel[0], ctx.turnsense)
+        except (RuntimeError, KeyError, OSError) as exc:
+            raise StepFailed(f"TurnSense from {wheel[0].name}: {exc}") from None
+        done.append(f"TurnSense from {wheel[0].name}")
+    if ctx.args.model is None and not (ctx.model / "model.onnx").is_file():
+        staging = ctx.model.with_name(ctx.model.name + ".building")
+        shutil.rmtree(staging, ignore_errors=True)
+        started = time.monotonic()
+        run_once(ctx, "build-sensevoice-bench", [ctx.python(), "-m", "kitt_stt", "models", "build", "sensevoice-bench",
+                                                 "--out", str(staging)], limit)
+        staging.rename(ctx.model)
+        done.append(f"sensevoice-bench built in {time.monotonic() - started:.0f} s")
+    size = (ctx.model / "model.onnx").stat().st_size / 1e6
+    record.append(ctx.out, "model", path=str(ctx.model), name=ctx.model.name, model_onnx_mb=round(size, 1),
+                  turnsense=str(ctx.turnsense))
+    return "; ".join([*done, f"latency model {ctx.model} ({size:.0f} MB model.onnx)"])
+
+
+def arm_seconds(ctx: Context, seats: list[int], lengths: list[float], arms_in_a_row: int = 1) -> float:
+    """How long an arm step should take: its rounds in real time, warm-ups, the server start."""
+    rounds = len(seats) * sum(ctx.args.rounds * (length + ROUND_OVERHEAD_S) for length in lengths)
+    warmups = len(seats) * ctx.args.warmup * (min(lengths) + ROUND_OVERHEAD_S)
+    return arms_in_a_row * (SERVER_START_S + PLAN_SLACK * (rounds + warmups))
+
+
+def step_ab(ctx: Context, limit: float) -> str:
+    providers = ["cpu", *[p for p in ctx.gpu_providers() if p == "cuda"]]
+    providers = [p for p in providers if p in ctx.providers]
+    return arms(ctx, "ab", providers, [ctx.args.seats], ctx.args.lengths, limit, not ctx.args.sequential)
+
+
+def write_run_config(ctx: Context, provider: str) -> Path:
+    path = ctx.work / f"{provider}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    config = run_config(ctx.model, provider, ctx.trt_cache, ctx.turnsense, ctx.work / "models", 8, ctx.args.device_id)
+    path.write_text(json.dumps(config, indent=1))
+    return path
+
+
+def probe(ctx: Context, provider: str, mode: str, limit: float) -> dict[str, Any]:
+    """One session in its own process; its placement is recorded even when it is wrong (exit 1)."""
+    config = write_run_config(ctx, provider)
+    child = ctx.start(f"probe-{provider}-{mode}", [ctx.python(), str(REPO / "utils" / "gpu" / "session_probe.py"),
+                                                    "--config", str(config), "--model", str(ctx.model),
+                                                    "--provider", provider, "--mode", mode], limit)
+    problems = wait_all([child])
+    lines = [line for line in child.log.read_text(errors="replace").splitlines() if line.startswith("{")]
+    if not lines:
+        raise StepFailed(f"session probe ({provider}, {mode}) printed no result: " + "; ".join(problems))
+    result: dict[str, Any] = json.loads(lines[-1])
+    record.append(ctx.out, "placement", **result)
+    if result["problem"] or problems:
+        raise StepFailed(f"{provider} ({mode}): {result['problem'] or '; '.join(problems)}")
+    return result
+
+
+def step_placement(ctx: Context, limit: float) -> str:
+    result = probe(ctx, "cuda", "plain", limit)
+    return f"{result['providers'][0]}; {result['placement']}"
+
+
+def step_trt_build(ctx: Context, limit: float) -> str:
+    deadline = time.monotonic() + limit
+    shutil.rmtree(ctx.trt_cache, ignore_errors=True)
+    config = write_run_config(ctx, "tensorrt")
+    started = time.monotonic()
+    run_once(ctx, "trt-build", [ctx.python(), "-m", "kitt_stt", "trt", "build", "--config", str(config)], limit)
+    cold = time.monotonic() - started
+    record.append(ctx.out, "trt", stage="cold build (kitt-stt trt build)", seconds=round(cold, 1))
+    warm = probe(ctx, "tensorrt", "warm", deadline - time.monotonic())
+    record.append(ctx.out, "trt", stage="cache-warm load", seconds=warm["create_s"],
+                  engines_reused=warm["engines_reused"])
+    context = probe(ctx, "tensorrt", "ctx", deadline - time.monotonic())
+    record.append(ctx.out, "trt", stage="EP-context load", seconds=context["create_s"])
+    ctx.built_trt = True
+    reused = "engine reused" if warm["engines_reused"] else "engine NOT reused"
+    return (f"cold build {cold:.1f} s; cache-warm {warm['create_s']:.1f} s ({reused}); "
+            f"EP-context {context['create_s']:.1f} s")
+
+
+def step_trt(ctx: Context, limit: float) -> str:
+    return arms(ctx, "trt", ["tensorrt"], [ctx.args.seats], ctx.args.lengths, limit, False)
+
+
+def step_scale(ctx: Context, limit: float) -> str:
+    providers = [p for p in ctx.gpu_providers() if p != "tensorrt" or ctx.built_trt]
+    return arms(ctx, "scale", providers, ctx.args.scale_seats, ctx.args.scale_lengths, limit, False)
+
+
+def step_agreement(ctx: Context, limit: float) -> str:
+    from utils.gpu.agreement import compare
+
+    deadline = time.monotonic() + limit
+    providers = ["cpu", *[p for p in ctx.gpu_providers() if p != "tensorrt" or ctx.built_trt]]
+    decoded = {}
+    for provider in providers:
+        path = ctx.work / f"agreement-{provider}.json"
+        run_once(ctx, f"agreement-{provider}", [ctx.python(), "-m", "utils.gpu.agreement", "decode", "--provider",
+                                                provider, "--model", str(ctx.model), "--config",
+                                                str(write_run_config(ctx, provider)), "--out", str(path)],
+                 deadline - time.monotonic())
+        decoded[provider] = json.loads(path.read_text())
+    verdicts = []
+    for provider in providers[1:]:
+        result = compare(decoded["cpu"], decoded[provider])
+        record.append(ctx.out, "agreement", model=ctx.model.name, **result)
+        verdicts.append(f"{provider}: {result['exact']}/{result['clips']} exact, CER {result['cer']:.2%}"
+                        + ("" if result["within_tolerance"] else " (OUTSIDE tolerance)"))
+    if any("OUTSIDE" in verdict for verdict in verdicts):
+        raise StepFailed("; ".join(verdicts))
+    return "; ".join(verdicts)
+
+
+def no_gpu(ctx: Context) -> str:
+    return "" if ctx.gpu_providers() else "no GPU provider in this run"
+
+
+def no_trt(ctx: Context) -> str:
+    if "tensorrt" not in ctx.gpu_providers():
+        return ctx.report.facts.get("TensorRT", "tensorrt not in --providers") if "tensorrt" in ctx.providers \
+            else "tensorrt not in --providers"
+    return ""
+
+
+def trt_not_built(ctx: Context) -> str:
+    return no_trt(ctx) or ("" if ctx.built_trt else "trt-build did not pass")
+
+
+def only_cpu(ctx: Context) -> str:
+    return "" if ctx.gpu_providers() else "only the CPU in this run: nothing to compare with"
 
 
 STEPS = (
-    Step("gpu", "a GPU is visible", step_gpu),
-    Step("install", "install the GPU extra (pins honoured)", step_install),
-    Step("doctor", "kitt-stt doctor on the TensorRT configuration", step_doctor),
-    Step("model", "the SenseVoice-shaped benchmark model", step_model),
-    Step("cuda", "CUDA session: providers and node placement", step_cuda),
-    Step("trt-cold", "cold TensorRT build into an empty keyed cache", step_trt_cold),
-    Step("trt-warm", "cache-warm TensorRT load", step_trt_warm),
-    Step("trt-ctx", "EP-context load", step_trt_ctx),
-    Step("latency", "final latency on CUDA and TensorRT", step_latency),
+    Step("preflight", "what this host lacks, by name", 10, step_preflight, fatal=True),
+    Step("install", "the wheel folder into the private target (--no-index)", 120, step_install, fatal=True,
+         skip_reason=lambda ctx: "" if ctx.args.wheels else "no --wheels folder"),
+    Step("models", "TurnSense and the latency model", 240, step_models, fatal=True),
+    Step("ab", "CPU vs CUDA arms, production settings", 330, step_ab,
+         planned_s=lambda ctx: arm_seconds(ctx, [ctx.args.seats], ctx.args.lengths,
+                                           2 if ctx.args.sequential and ctx.gpu_providers() else 1)),
+    Step("placement", "CUDA session providers and profile placement", 45, step_placement, skip_reason=no_gpu),
+    Step("trt-build", "TensorRT cold build, cache-warm and EP-context loads", 150, step_trt_build, skip_reason=no_trt),
+    Step("agreement", "token sequences of every provider vs the CPU", 120, step_agreement, skip_reason=only_cpu),
+    Step("trt", "TensorRT arm, same cells", 330, step_trt, skip_reason=trt_not_built,
+         planned_s=lambda ctx: arm_seconds(ctx, [ctx.args.seats], ctx.args.lengths)),
+    Step("scale", "GPU arms at more seats", 300, step_scale, skip_reason=lambda ctx: no_gpu(ctx) or (
+        "" if ctx.args.scale_seats else "no --scale-seats"),
+         planned_s=lambda ctx: arm_seconds(ctx, ctx.args.scale_seats, ctx.args.scale_lengths,
+                                           len([p for p in ctx.gpu_providers() if p != "tensorrt" or ctx.built_trt]))),
 )
 
 
-def write_config(ctx: Context) -> None:
-    """The run's configuration: trt build, the session probes and the latency servers share its
-    TensorRT settings, so they all compute the same engine key."""
-    ctx.work.mkdir(parents=True, exist_ok=True)
-    config = {"models": {"cache_dir": str(ctx.work / "models")}, **service_overrides(ctx.model_dir, "tensorrt",
-                                                                                     ctx.trt_cache)}
-    config["asr"]["tensorrt"]["cache_dir"] = str(ctx.trt_cache)
-    config["asr"]["cuda"] = {"device_id": ctx.args.device_id}
-    ctx.config.write_text(yaml.safe_dump(config))
+def host_facts() -> dict[str, Any]:
+    facts: dict[str, Any] = {"python": sys.version.split()[0], "machine": platform.machine(),
+                             "cpus": len(os.sched_getaffinity(0)), "kernel": platform.release()}
+    if shutil.which("nvidia-smi"):
+        try:
+            facts["gpus"] = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
+                                            "--format=csv,noheader"], capture_output=True, text=True,
+                                           timeout=10).stdout.strip().splitlines()
+        except (OSError, subprocess.TimeoutExpired):
+            facts["gpus"] = ["nvidia-smi did not answer"]
+    return facts
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    ctx = Context(args, args.work.absolute())
+    out = args.out.absolute()
+    providers = args.providers.split(",") if args.providers else list(PROVIDERS)
+    ctx = Context(args, out, providers, tensorrt_required=bool(args.providers) and "tensorrt" in providers)
+    ctx.work.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    write_config(ctx)
-    export_gpu_library_path()  # again after the install; here for runs that skip it
-    results, status = run_steps(STEPS, ctx, args.skip, sys.stdout)
-    print()
-    print(format_table(summary_rows(results, ctx.facts, ctx.timings, ctx.latency)), end="")
-    print(f"\nacceptance: {'passed' if status == 0 else 'FAILED'} in {time.monotonic() - started:.0f} s "
-          f"(exit status {status})")
-    if args.json_out:
-        args.json_out.write_text(json.dumps({
-            "status": status, "facts": ctx.facts, "timings": ctx.timings, "latency": ctx.latency,
-            "probes": ctx.probes, "steps": [{"step": r.step.name, "status": r.status, "seconds": round(r.seconds, 1),
-                                             "detail": r.detail} for r in results]}, indent=2))
+    record.append(out, "run", argv=sys.argv[1:] if argv is None else argv, providers=providers,
+                  rounds=args.rounds, warmup=args.warmup, seats=args.seats, lengths=args.lengths,
+                  budget_s=args.budget_s, parallel=not args.sequential, host=host_facts())
+
+    def on_result(result: StepResult) -> None:
+        record.append(out, "step", number=result.number, step=result.step.name, status=result.status,
+                      seconds=round(result.seconds, 1), limit_s=round(result.limit_s), detail=result.detail)
+
+    _, status = run_steps(STEPS, ctx, args.budget_s, sys.stdout, on_result)
+    table = write_table(out)
+    print("\n" + table)
+    verdict = "passed" if status == EXIT_OK else "FAILED" if status == 1 else "stopped: missing prerequisites"
+    print(f"acceptance: {verdict} in {time.monotonic() - started:.0f} s (exit status {status}); "
+          f"{out / record.RESULTS}, {out / 'table.md'}")
     return status
 
 

@@ -53,7 +53,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True)
     parser.add_argument("--model", required=True, type=Path)
-    parser.add_argument("--provider", required=True, choices=["cuda", "tensorrt"])
+    parser.add_argument("--provider", required=True, choices=["cpu", "cuda", "tensorrt"])
     parser.add_argument("--mode", default="plain", choices=["plain", "warm", "ctx"])
     args = parser.parse_args()
     config = load_config(args.config).config

@@ -1,0 +1,193 @@
+"""OpenAI-compatible HTTP endpoints: ``POST /v1/audio/transcriptions`` and ``GET /v1/models``.
+
+So that code written for OpenAI's transcription API (its official clients, or any tool with a
+"base URL" setting) transcribes files on this service unchanged. Uploads share the live
+service's model and scheduler, decoded at ``Priority.FILE`` (below every live decode), with the
+limits of ``transcriptions:`` in the configuration and the service token
+(``server.auth_token``). Errors use OpenAI's shape, ``{"error": {"message", "type", "param",
+"code"}}``, which its clients turn into typed exceptions. See docs/integrations.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+
+from kitt_stt.hotwords import Hotword, parse_hotwords
+from kitt_stt.server.file_transcription import DecodeCancelled, Transcript, transcribe_file
+from kitt_stt.server.multipart_form import BodyTooLarge, FormError, UploadForm, parse_form, read_body
+from kitt_stt.server.state import ServiceState
+from kitt_stt.server.transcript_formats import ResponseFormat, as_json, as_srt, as_verbose_json, as_vtt
+from kitt_stt.server.upload_audio import AudioTooLong, UnsupportedAudio, decode_upload
+from kitt_stt.text import TextStage
+
+log = logging.getLogger(__name__)
+
+_FORM_SLACK = 64 * 1024  # the other form fields and the multipart framing around the file
+_HOTWORD_SEPARATORS = str.maketrans({"\n": ",", ";": ",", "，": ",", "、": ",", "；": ","})
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
+                 kind: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.status, self.message, self.param, self.code, self.kind = status, message, param, code, kind
+
+    def response(self) -> JSONResponse:
+        body = {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
+        return JSONResponse(body, status_code=self.status)
+
+
+def openai_router(state: ServiceState) -> APIRouter:
+    router = APIRouter(prefix="/v1")
+    limits = state.config.transcriptions
+    busy = [0]  # uploads being transcribed now (event loop only)
+
+    @router.get("/models")
+    async def models(request: Request) -> Response:
+        try:
+            _authorise(request, state.config.server.auth_token)
+        except ApiError as error:
+            return error.response()
+        info = state.engine.info
+        return JSONResponse({"object": "list", "data": [
+            {"id": info.name, "object": "model", "created": 0, "owned_by": "kitt-stt",
+             "kind": info.kind, "provider": info.provider, "languages": list(info.languages)}]})
+
+    @router.post("/audio/transcriptions")
+    async def transcriptions(request: Request) -> Response:
+        try:
+            _authorise(request, state.config.server.auth_token)
+            if not limits.enabled:
+                raise ApiError(404, "file transcription is turned off on this server (transcriptions.enabled)",
+                               code="not_found")
+            if not state.serving or state.draining:
+                raise ApiError(503, "the service is not ready (loading its model, failed or shutting down); retry",
+                               code="service_unavailable", kind="server_error")
+            if busy[0] >= limits.max_concurrent:
+                raise ApiError(429, f"this server transcribes at most {limits.max_concurrent} uploads at once; "
+                               "retry shortly", code="rate_limit_exceeded", kind="rate_limit_error")
+            busy[0] += 1
+            try:
+                return await _transcribe(request, state)
+            finally:
+                busy[0] -= 1
+        except ApiError as error:
+            return error.response()
+
+    return router
+
+
+async def _transcribe(request: Request, state: ServiceState) -> Response:
+    limits = state.config.transcriptions
+    try:
+        body = await read_body(request, limits.max_upload_bytes + _FORM_SLACK)
+        form = parse_form(request.headers.get("content-type", ""), body)
+    except BodyTooLarge:
+        raise ApiError(413, f"the upload is larger than this server's limit of {limits.max_upload_bytes} bytes "
+                       "(transcriptions.max_upload_bytes)", param="file", code="file_too_large") from None
+    except FormError as exc:
+        raise ApiError(400, str(exc)) from None
+    filename, data = _file(form, limits.max_upload_bytes)
+    response_format = _response_format(form)
+    language = _language(form, state)
+    hotwords = _hotwords(form.value("prompt"))
+    try:
+        samples = await asyncio.to_thread(decode_upload, data, filename, limits.max_audio_s)
+    except UnsupportedAudio as exc:
+        raise ApiError(400, str(exc), param="file", code="unsupported_audio") from None
+    except AudioTooLong as exc:
+        raise ApiError(400, f"the audio is {exc.seconds:.1f} s long; this server takes at most "
+                       f"{limits.max_audio_s:g} s (transcriptions.max_audio_s)", param="file",
+                       code="audio_too_long") from None
+    engine = state.engine
+    if hotwords and engine.info.hotwords:
+        await asyncio.to_thread(engine.prepare_hotwords, hotwords)
+    asr = state.config.asr
+    try:
+        transcript = await transcribe_file(
+            samples, state.scheduler, state.config.vad, TextStage(state.config.text), language, asr.use_itn,
+            hotwords if engine.info.hotwords else (), asr.use_itn and engine.info.kind == "sense_voice")
+    except DecodeCancelled as exc:
+        raise ApiError(503, str(exc), code="service_unavailable", kind="server_error") from None
+    except Exception as exc:  # an engine fault: the client gets a clear 500, the live sessions go on
+        log.exception("file transcription failed")
+        raise ApiError(500, f"decoding failed: {exc}", code="internal", kind="server_error") from None
+    return _render(transcript, response_format, engine.info.name, "word" in form.values("timestamp_granularities"))
+
+
+def _authorise(request: Request, token: str | None) -> None:
+    """OpenAI's clients send their API key as ``Authorization: Bearer``: set it to the service token."""
+    if not token:
+        return
+    header = request.headers.get("authorization", "")
+    offered = header[7:].strip() if header.lower().startswith("bearer ") else ""
+    if not offered:
+        raise ApiError(401, "missing bearer token (set the client's api_key to the service token)",
+                       code="invalid_api_key", kind="authentication_error")
+    if not hmac.compare_digest(offered.encode(), token.encode()):
+        raise ApiError(403, "invalid token", code="invalid_api_key", kind="authentication_error")
+
+
+def _file(form: UploadForm, limit: int) -> tuple[str, bytes]:
+    upload = form.files.get("file")
+    if upload is None:
+        raise ApiError(400, "the form has no `file` part", param="file", code="missing_file")
+    filename, data = upload
+    if len(data) > limit:
+        raise ApiError(413, f"the file is larger than this server's limit of {limit} bytes "
+                       "(transcriptions.max_upload_bytes)", param="file", code="file_too_large")
+    if not data:
+        raise ApiError(400, "the uploaded file is empty", param="file", code="empty_file")
+    return filename, data
+
+
+def _response_format(form: UploadForm) -> ResponseFormat:
+    value = form.value("response_format") or ResponseFormat.JSON.value
+    try:
+        return ResponseFormat(value)
+    except ValueError:
+        raise ApiError(400, f"response_format {value!r} is not one of "
+                       f"{', '.join(item.value for item in ResponseFormat)}", param="response_format") from None
+
+
+def _language(form: UploadForm, state: ServiceState) -> str:
+    value = form.value("language") or state.config.asr.language
+    languages = state.engine.info.languages
+    if value not in languages:
+        raise ApiError(400, f"language {value!r} is not supported by this model; use one of {', '.join(languages)}",
+                       param="language", code="unsupported_language")
+    return value
+
+
+def _hotwords(prompt: str | None) -> tuple[Hotword, ...]:
+    """The prompt as hotwords: one per comma, semicolon or line (``word`` or ``word:boost``, as in
+    the WebSocket protocol). A Whisper-style prose prompt is refused rather than silently
+    ignored, since it would not mean what the client intended."""
+    if not prompt or not prompt.strip():
+        return ()
+    entries = [entry.strip() for entry in prompt.translate(_HOTWORD_SEPARATORS).split(",") if entry.strip()]
+    try:
+        return parse_hotwords(entries)
+    except ValueError as exc:
+        raise ApiError(400, f"prompt is read as hotwords separated by commas or lines: {exc}",
+                       param="prompt", code="invalid_prompt") from None
+
+
+def _render(transcript: Transcript, response_format: ResponseFormat, model: str, words: bool) -> Response:
+    headers = {"x-kitt-model": model}
+    body: Any
+    if response_format is ResponseFormat.TEXT:
+        return PlainTextResponse(transcript.text + "\n", headers=headers)
+    if response_format is ResponseFormat.SRT:
+        return PlainTextResponse(as_srt(transcript), headers=headers)
+    if response_format is ResponseFormat.VTT:
+        return PlainTextResponse(as_vtt(transcript), media_type="text/vtt", headers=headers)
+    body = as_verbose_json(transcript, model, words) if response_format is ResponseFormat.VERBOSE_JSON \
+        else as_json(transcript, model)
+    return JSONResponse(body, headers=headers)

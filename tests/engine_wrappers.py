@@ -1,0 +1,56 @@
+"""Real engines with one thing changed, for tests: every decode slower (a loaded accelerator), or
+the tone model's words written as Mandarin number words (as Whisper writes them, for ITN). Used in
+a pipeline directly, or in a real server through :func:`serve_with` (tests/slow_decode_server.py,
+tests/number_words_server.py)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+from kitt_stt.asr import factory
+from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult, StageTimer
+from kitt_stt.asr.features import FeatureStream
+
+DECODE_DELAY_S = 0.15
+#: what the tone engine hears -> what NumberWords writes (160 characters of number words, and a short one)
+NUMBER_WORDS = {"打开车门": "空调调到二十六度" * 20, "关窗": "音量调到百分之三十"}
+
+
+class WrappedEngine(AsrEngine):
+    def __init__(self, inner: AsrEngine) -> None:
+        self.inner = inner
+        self.info = inner.info
+
+    def new_feature_stream(self) -> FeatureStream | None:
+        return self.inner.new_feature_stream()
+
+
+class SlowDecodes(WrappedEngine):
+    """Every decode batch ``DECODE_DELAY_S`` slower."""
+
+    def decode_batch(self, requests: Sequence[AsrRequest], timer: StageTimer | None = None) -> list[AsrResult]:
+        time.sleep(DECODE_DELAY_S)
+        return self.inner.decode_batch(requests, timer)
+
+
+class NumberWords(WrappedEngine):
+    """The tone engine's texts rewritten by :data:`NUMBER_WORDS`, in Mandarin."""
+
+    def decode_batch(self, requests: Sequence[AsrRequest], timer: StageTimer | None = None) -> list[AsrResult]:
+        return [AsrResult(text=NUMBER_WORDS.get(result.text, result.text), lang="zh")
+                for result in self.inner.decode_batch(requests, timer)]
+
+
+def serve_with(wrapper: Callable[[AsrEngine], AsrEngine]) -> None:
+    """Run the real ``kitt-stt`` command line with the engine it builds wrapped."""
+    build = factory.EnginePlan.build
+
+    def wrapped_build(plan: factory.EnginePlan) -> AsrEngine:
+        return wrapper(build(plan))
+
+    factory.EnginePlan.build = wrapped_build  # type: ignore[method-assign]
+    from kitt_stt.cli import main
+
+    sys.exit(main())

@@ -1,0 +1,198 @@
+"""LiveKit Agents (real ``livekit-agents`` from the ``livekit`` extra): ``STT.stream()`` against a real server.
+
+Audio is pushed as ``rtc.AudioFrame``s the way an agent session pushes them (48 kHz stereo here,
+so the framework's resampler and our down-mix are on the path), and the speech events must come
+out in the order ``turn_detection="stt"`` relies on: one ``START_OF_SPEECH`` per turn, interims,
+``PREFLIGHT_TRANSCRIPT`` for the server's ``turn_eager``, then ``FINAL_TRANSCRIPT`` and
+``END_OF_SPEECH`` at its commit. Reconnect: the server is killed mid-utterance and restarted on
+the same port; the stream replays the turn's audio and the utterance is committed whole, once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("livekit.agents", reason="the livekit extra is not installed (pip install 'kitt-stt[livekit]')")
+
+from livekit import rtc
+from livekit.agents import stt as lk_stt
+
+from kitt_stt.integrations.livekit import STT
+from tests.helpers import free_port, run_server, silence, tone_pcm
+
+Kind = lk_stt.SpeechEventType
+
+
+def frames_48k_stereo(pcm16k: bytes, chunk_ms: int = 10) -> list[rtc.AudioFrame]:
+    """16 kHz mono PCM as 48 kHz stereo frames (sample-and-hold up, both channels equal)."""
+    mono = np.frombuffer(pcm16k, dtype="<i2")
+    upsampled = np.repeat(mono, 3)
+    stereo = np.stack([upsampled, upsampled], axis=1).reshape(-1)
+    per_chunk = 48 * chunk_ms
+    frames = []
+    for start in range(0, upsampled.shape[0], per_chunk):
+        piece = stereo[start * 2:(start + per_chunk) * 2]
+        frames.append(rtc.AudioFrame(piece.tobytes(), 48000, 2, piece.shape[0] // 2))
+    return frames
+
+
+def frames_16k(pcm: bytes, chunk_ms: int = 10) -> list[rtc.AudioFrame]:
+    size = 32 * chunk_ms
+    return [rtc.AudioFrame(pcm[i:i + size], 16000, 1, len(pcm[i:i + size]) // 2) for i in range(0, len(pcm), size)]
+
+
+async def stream_events(model: STT, frames: list[rtc.AudioFrame], until, pace: float = 0.2,
+                        during=None) -> list[lk_stt.SpeechEvent]:
+    """Push ``frames`` paced at ``pace`` x real time, then silence until ``until(events)``; end input."""
+    stream = model.stream()
+    events: list[lk_stt.SpeechEvent] = []
+
+    async def read() -> None:
+        async for event in stream:
+            events.append(event)
+
+    reader = asyncio.create_task(read())
+    started = time.monotonic()
+    for index, frame in enumerate(frames):
+        stream.push_frame(frame)
+        if during is not None:
+            await during(index)
+        delay = started + (index + 1) * 0.01 * pace - time.monotonic()
+        await asyncio.sleep(max(0.0, delay))
+    for _ in range(300):
+        if until(events):
+            break
+        stream.push_frame(frames_16k(silence(100))[0] if frames[0].sample_rate == 16000
+                          else frames_48k_stereo(silence(10))[0])
+        await asyncio.sleep(0.05)
+    stream.end_input()
+    await asyncio.wait_for(reader, 20)
+    await stream.aclose()
+    return events
+
+
+def kinds(events: list[lk_stt.SpeechEvent]) -> list[str]:
+    """Event types in order, runs of interims collapsed (how many depends on timing)."""
+    out: list[str] = []
+    for event in events:
+        if event.type is Kind.RECOGNITION_USAGE:
+            continue
+        name = event.type.name
+        if not (out and out[-1] == name == "INTERIM_TRANSCRIPT"):
+            out.append(name)
+    return out
+
+
+def finals(events: list[lk_stt.SpeechEvent]) -> list[str]:
+    return [event.alternatives[0].text for event in events if event.type is Kind.FINAL_TRANSCRIPT]
+
+
+async def test_stream_yields_the_turn_event_sequence(server) -> None:
+    events = await stream_events(STT(server.url, language="zh"), frames_48k_stereo(tone_pcm("打开车门", tail_ms=1200)),
+                                 lambda evs: finals(evs))
+    assert finals(events) == ["打开车门"]
+    assert kinds(events) == ["START_OF_SPEECH", "INTERIM_TRANSCRIPT", "FINAL_TRANSCRIPT", "END_OF_SPEECH"]
+    final = next(event for event in events if event.type is Kind.FINAL_TRANSCRIPT).alternatives[0]
+    assert final.language == "zh" and 0 < final.start_time < final.end_time
+    assert final.metadata["commit"]["metadata"]["eot"]["decision"]["reason"] == "timeout"
+
+
+async def test_eager_preflight_and_resumed_map_onto_livekit_events(tmp_path: Path, model_cache: Path,
+                                                                   turnsense_dir: Path) -> None:
+    overrides = {"turn": {"model": "turnsense", "threshold": 1.0, "eager_threshold": 0.0, "wait_ms": 1500}}
+    with run_server(tmp_path, model_cache, overrides) as eager_server:
+        pcm = tone_pcm("打开", tail_ms=900) + tone_pcm("车门", lead_ms=0, tail_ms=400) + silence(2000)
+        events = await stream_events(STT(eager_server.url), frames_16k(pcm), lambda evs: finals(evs), pace=1.0)
+    preflights = [event.alternatives[0].text for event in events if event.type is Kind.PREFLIGHT_TRANSCRIPT]
+    assert preflights == ["打开", "打开车门"]
+    assert finals(events) == ["打开车门"]
+    sequence = kinds(events)
+    assert sequence[0] == "START_OF_SPEECH" and sequence.count("START_OF_SPEECH") == 1  # one turn
+    assert sequence[-2:] == ["FINAL_TRANSCRIPT", "END_OF_SPEECH"]
+    # the resumed turn: an interim follows the first preflight, before the second
+    first, second = (index for index, name in enumerate(sequence) if name == "PREFLIGHT_TRANSCRIPT")
+    assert "INTERIM_TRANSCRIPT" in sequence[first + 1:second]
+
+
+async def test_two_turns_and_the_offline_recognize(server) -> None:
+    # the server's turn wait runs on the wall clock: the pause must last there too (1 s at this pace)
+    pcm = tone_pcm("打开车门", tail_ms=2000) + tone_pcm("关车窗", tail_ms=1200)
+    events = await stream_events(STT(server.url, seat="passenger"), frames_16k(pcm), lambda evs: len(finals(evs)) >= 2,
+                                 pace=0.5)
+    assert finals(events) == ["打开车门", "关车窗"]
+    assert [name for name in kinds(events) if name != "INTERIM_TRANSCRIPT"] == \
+        ["START_OF_SPEECH", "FINAL_TRANSCRIPT", "END_OF_SPEECH"] * 2
+    result = await STT(server.url).recognize(frames_48k_stereo(tone_pcm("关车门")))
+    assert result.type is Kind.FINAL_TRANSCRIPT and result.alternatives[0].text == "关车门"
+
+
+async def test_a_filtered_turn_ends_without_a_final(server) -> None:
+    """``wake.mode: required``: speech not addressed to the assistant ends its turn with no transcript."""
+    model = STT(server.url, start_options={"wake": {"phrases": ["ABC"], "mode": "required"}})
+    pcm = tone_pcm("打开车门", tail_ms=2000) + tone_pcm("ABC关窗", tail_ms=1200)
+    events = await stream_events(model, frames_16k(pcm), lambda evs: bool(finals(evs)), pace=0.5)
+    assert finals(events) == ["关窗"]
+    assert [name for name in kinds(events) if name != "INTERIM_TRANSCRIPT"] == \
+        ["START_OF_SPEECH", "END_OF_SPEECH", "START_OF_SPEECH", "FINAL_TRANSCRIPT", "END_OF_SPEECH"]
+
+
+async def test_server_errors_are_emitted_as_stt_errors(server) -> None:
+    model = STT(server.url, language="xx")
+    errors: list = []
+    model.on("error", errors.append)
+    await stream_events(model, frames_16k(silence(200)), lambda _: bool(errors))
+    assert errors and "bad_field" in str(errors[0].error) and errors[0].recoverable is False
+    hotword_errors: list = []
+    ambiguous = STT(server.url, hotwords=["12:30"])  # the protocol refuses an ambiguous colon: hotwords reach it
+    ambiguous.on("error", hotword_errors.append)
+    await stream_events(ambiguous, frames_16k(silence(200)), lambda _: bool(hotword_errors))
+    assert hotword_errors and "hotword" in str(hotword_errors[0].error)
+
+
+async def test_keepalive_holds_a_quiet_session_open(tmp_path: Path, model_cache: Path) -> None:
+    # a server that ends quiet sessions after 1 s, and wants its token
+    with run_server(tmp_path, model_cache, {"server": {"idle_timeout_s": 1.0, "auth_token": "k1"}}) as strict:
+        model = STT(strict.url, keepalive_s=0.3, token="k1")
+        errors: list = []
+        model.on("error", errors.append)
+        stream = model.stream()
+        await asyncio.sleep(3.0)  # no audio at all: only pings go out
+        for frame in frames_16k(tone_pcm("打开车门", tail_ms=1200)):
+            stream.push_frame(frame)
+        events: list[lk_stt.SpeechEvent] = []
+        deadline = time.monotonic() + 20
+        while not finals(events) and time.monotonic() < deadline:
+            events.append(await asyncio.wait_for(stream.__anext__(), 20))
+        await stream.aclose()
+    assert finals(events) == ["打开车门"] and not errors
+    assert stream.reconnects == 0  # the session was never ended by the idle timeout
+
+
+async def test_reconnect_after_a_server_restart_replays_the_turn(tmp_path: Path, model_cache: Path) -> None:
+    port = free_port()
+    holder: dict = {}
+    with run_server(tmp_path, model_cache, port=port) as first:
+        model = STT(first.url)  # the default backoff: 6 attempts, waits capped at 8 s
+
+        async def restart_mid_utterance(index: int) -> None:
+            if index == 80 and "second" not in holder:  # 0.8 s in: in the middle of 打开车门
+                first.process.kill()  # no drain, no commit: the turn exists only in the client's buffer
+                first.process.wait(10)
+                (tmp_path / "again").mkdir()
+                context = run_server(tmp_path / "again", model_cache, port=port)
+                holder["second"] = context
+                await asyncio.to_thread(context.__enter__)
+
+        try:
+            events = await stream_events(model, frames_16k(tone_pcm("打开车门", tail_ms=1200)),
+                                         lambda evs: finals(evs), during=restart_mid_utterance)
+        finally:
+            if "second" in holder:
+                holder["second"].__exit__(None, None, None)
+    assert finals(events) == ["打开车门"]
+    assert kinds(events).count("START_OF_SPEECH") == 1

@@ -1,0 +1,213 @@
+"""The OpenAI-compatible endpoints through the official ``openai`` Python client, against a real server.
+
+Every ``response_format``, ``model`` accepted and reported, ``GET /v1/models``, ``language`` and
+``prompt`` (hotwords), the service token, the upload limits, refused formats (all in OpenAI's
+error shape, which the client turns into its typed exceptions), and uploads queued below live
+audio on the shared scheduler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+openai = pytest.importorskip("openai", reason="the openai client is installed by `make test` (dev install)")
+
+from kitt_stt.scheduler import InferenceScheduler, Priority  # noqa: E402
+from kitt_stt.server.upload_audio import decode_upload  # noqa: E402
+from tests.helpers import run_server, tone_pcm  # noqa: E402
+from tests.test_scheduler import GatedEngine, block_worker, request  # noqa: E402
+
+TWO_TURNS = tone_pcm("打开车门", tail_ms=1000) + tone_pcm("关车窗", tail_ms=600)
+
+
+def wav(pcm: bytes, rate: int = 16000, channels: int = 1) -> bytes:
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as handle:
+        handle.setnchannels(channels)
+        handle.setsampwidth(2)
+        handle.setframerate(rate)
+        handle.writeframes(pcm)
+    return buffer.getvalue()
+
+
+def client_for(server, api_key: str = "unused") -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{server.http}/v1", api_key=api_key, max_retries=0, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def fixture_wav(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("upload") / "two-turns.wav"
+    path.write_bytes(wav(TWO_TURNS))
+    return path
+
+
+def transcribe(client: openai.OpenAI, path: Path, **options):
+    with path.open("rb") as handle:
+        return client.audio.transcriptions.create(model="whisper-1", file=handle, **options)
+
+
+def test_every_response_format(server, fixture_wav: Path) -> None:
+    client = client_for(server)
+    as_json = transcribe(client, fixture_wav)
+    assert as_json.text == "打开车门关车窗"
+    assert as_json.model_extra["model"] == "tone"  # whisper-1 accepted; the model that ran is reported
+
+    assert transcribe(client, fixture_wav, response_format="text").strip() == "打开车门关车窗"
+
+    verbose = transcribe(client, fixture_wav, response_format="verbose_json", timestamp_granularities=["word"])
+    assert verbose.text == "打开车门关车窗" and verbose.language == "zh"
+    assert verbose.duration == pytest.approx(len(TWO_TURNS) / 32000, abs=0.01)
+    assert [segment.text for segment in verbose.segments] == ["打开车门", "关车窗"]
+    first, second = verbose.segments
+    assert 0.2 <= first.start < first.end < second.start < second.end <= verbose.duration
+    assert [word.word for word in verbose.words] == list("打开车门关车窗")
+    assert all(word.start <= word.end for word in verbose.words)
+    assert verbose.words[0].start == pytest.approx(first.start, abs=0.1)
+    assert transcribe(client, fixture_wav, response_format="verbose_json").words is None  # only when asked
+
+    srt = transcribe(client, fixture_wav, response_format="srt")
+    cues = srt.strip().split("\n\n")
+    assert [cue.split("\n")[0] for cue in cues] == ["1", "2"]
+    assert [cue.split("\n")[2] for cue in cues] == ["打开车门", "关车窗"]
+    assert cues[0].split("\n")[1].startswith("00:00:00,") and " --> 00:00:0" in cues[0]
+
+    vtt = transcribe(client, fixture_wav, response_format="vtt")
+    assert vtt.startswith("WEBVTT\n\n")
+    assert [cue.split("\n")[1] for cue in vtt.strip().split("\n\n")[1:]] == ["打开车门", "关车窗"]
+    assert "00:00:00." in vtt
+
+
+def test_models_lists_the_loaded_model(server) -> None:
+    models = client_for(server).models.list()
+    assert [model.id for model in models.data] == ["tone"]
+
+
+def test_language_prompt_and_resampled_stereo(server, tmp_path: Path) -> None:
+    client = client_for(server)
+    # 44.1 kHz stereo: decoded, down-mixed and resampled by the server
+    mono16 = np.frombuffer(tone_pcm("关车门"), "<i2")
+    times = np.arange(int(mono16.shape[0] * 44100 / 16000)) / 44100
+    resampled = np.interp(times, np.arange(mono16.shape[0]) / 16000, mono16.astype(float)).astype("<i2")
+    stereo = np.stack([resampled, resampled], axis=1).reshape(-1).tobytes()
+    path = tmp_path / "cd.wav"
+    path.write_bytes(wav(stereo, rate=44100, channels=2))
+    assert transcribe(client, path, language="zh", prompt="车门, 车窗:2").text == "关车门"
+
+    with pytest.raises(openai.BadRequestError) as refused:
+        transcribe(client, path, language="xx")
+    assert refused.value.body["param"] == "language" and "xx" in refused.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as prose:
+        transcribe(client, path, prompt="12:30")  # the protocol's hotword rule: an ambiguous colon is refused
+    assert prose.value.body["param"] == "prompt"
+    with pytest.raises(openai.BadRequestError) as fmt:
+        transcribe(client, path, response_format="tsv")
+    assert fmt.value.body["param"] == "response_format"
+
+
+def test_non_wav_uploads_are_refused_with_the_conversion(server, tmp_path: Path) -> None:
+    path = tmp_path / "speech.flac"
+    path.write_bytes(b"fLaC" + bytes(4000))
+    with pytest.raises(openai.BadRequestError) as refused:
+        transcribe(client_for(server), path)
+    error = refused.value.body
+    assert error["code"] == "unsupported_audio" and "FLAC" in error["message"] and "ffmpeg" in error["message"]
+    assert refused.value.response.json()["error"]["type"] == "invalid_request_error"  # OpenAI's shape
+
+
+def test_token_and_limits(tmp_path: Path, model_cache: Path, fixture_wav: Path) -> None:
+    overrides = {"server": {"auth_token": "s3cret"},
+                 "transcriptions": {"max_upload_bytes": 200_000, "max_audio_s": 2.0}}
+    with run_server(tmp_path, model_cache, overrides) as strict:
+        short = tmp_path / "short.wav"
+        short.write_bytes(wav(tone_pcm("打开")))
+        assert transcribe(client_for(strict, "s3cret"), short).text == "打开"
+        with pytest.raises(openai.PermissionDeniedError):
+            transcribe(client_for(strict, "wrong"), short)
+        with pytest.raises(openai.PermissionDeniedError):
+            client_for(strict, "wrong").models.list()
+        with pytest.raises(openai.BadRequestError) as too_long:
+            transcribe(client_for(strict, "s3cret"), fixture_wav)  # 4.4 s of audio, 2 s allowed
+        assert too_long.value.body["code"] == "audio_too_long"
+        big = tmp_path / "big.wav"
+        big.write_bytes(wav(bytes(300_000)))
+        with pytest.raises(openai.APIStatusError) as too_big:
+            transcribe(client_for(strict, "s3cret"), big)
+        assert too_big.value.status_code == 413 and too_big.value.body["code"] == "file_too_large"
+        # an unauthenticated request gets 401 before anything is read
+        import httpx
+
+        reply = httpx.post(f"{strict.http}/v1/audio/transcriptions", files={"file": ("a.wav", short.read_bytes())})
+        assert reply.status_code == 401 and reply.json()["error"]["type"] == "authentication_error"
+
+
+async def test_uploads_queue_below_every_live_decode() -> None:
+    engine = GatedEngine()
+    scheduler = InferenceScheduler(engine, workers=1, max_batch=1)
+    scheduler.start()
+    try:
+        blocker = await block_worker(scheduler, engine)
+        upload = [scheduler.submit(request(f"file{n}"), Priority.FILE, owner=("file", "a")) for n in range(3)]
+        interim = scheduler.submit(request("interim"), Priority.INTERIM, owner="car", coalesce_key=("car", "d"))
+        final = scheduler.submit(request("final"), Priority.FINAL, owner="car")
+        engine.gate.set()
+        await asyncio.gather(blocker, interim, final, *upload)
+    finally:
+        scheduler.stop()
+    assert [batch[0] for batch in engine.batches] == ["blocker", "final", "interim", "file0", "file1", "file2"]
+
+
+def test_wav_decoding_formats() -> None:
+    """24-bit, float and 8-bit WAVs decode to the same 16 kHz samples (within their precision)."""
+    reference = np.frombuffer(tone_pcm("打开", lead_ms=50, tail_ms=50), "<i2")
+    as_float = reference.astype(np.float32) / 32768.0
+
+    def riff(tag: int, bits: int, payload: bytes, extensible: bool = False) -> bytes:
+        import struct
+
+        fmt = struct.pack("<HHIIHH", 0xFFFE if extensible else tag, 1, 16000, 16000 * bits // 8, bits // 8, bits)
+        if extensible:
+            fmt += struct.pack("<HHI", 22, bits, 0) + struct.pack("<H", tag) + bytes(14)
+        chunks = b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"data" + struct.pack("<I", len(payload)) + payload
+        return b"RIFF" + struct.pack("<I", 4 + len(chunks)) + b"WAVE" + chunks
+
+    pcm24 = (reference.astype(np.int32) << 8).astype("<i4").view(np.uint8).reshape(-1, 4)[:, :3].tobytes()
+    cases = {"float32": riff(3, 32, as_float.astype("<f4").tobytes()),
+             "pcm24-extensible": riff(1, 24, pcm24, extensible=True),
+             "pcm16": riff(1, 16, reference.tobytes())}
+    for name, data in cases.items():
+        decoded = decode_upload(data, f"{name}.wav")
+        assert np.abs(decoded.astype(int) - reference.astype(int)).max() <= 1, name
+
+
+async def test_an_abandoned_upload_leaves_nothing_queued() -> None:
+    """A transcription whose task is cancelled (or whose decode failed) takes its queued segment
+    decodes with it: nobody waits for them, and they would only delay other uploads."""
+    from kitt_stt.config.schema import VadConfig
+    from kitt_stt.server.file_transcription import transcribe_file
+    from kitt_stt.text import TextStage
+
+    engine = GatedEngine()
+    scheduler = InferenceScheduler(engine, workers=1, max_batch=1)
+    scheduler.start()
+    try:
+        blocker = await block_worker(scheduler, engine)
+        samples = np.frombuffer(tone_pcm("打开", tail_ms=600) * 4, "<i2")  # four segments
+        task = asyncio.create_task(transcribe_file(samples, scheduler, VadConfig(silence_ms=300), TextStage(), "zh",
+                                                   True, (), False))
+        while scheduler.queue_depth < 4:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert scheduler.queue_depth == 0
+        engine.gate.set()
+        await blocker
+    finally:
+        scheduler.stop()
+    assert [batch[0] for batch in engine.batches] == ["blocker"]

@@ -1,0 +1,186 @@
+"""The text stage's ITN runs in a worker process, never on the event loop (issue 19): the grammars
+hold the GIL for the whole call (~0.1 ms a character), so inline, a long final stalled every
+session. Ordering still holds: finals of a seat leave in segment order, the commit after them."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kitt_stt.asr.ort_sense_voice import OrtSenseVoiceEngine
+from kitt_stt.asr.sense_voice_model import load_sense_voice_model
+from kitt_stt.client.session import connect
+from kitt_stt.config.schema import AppConfig, AsrConfig
+from kitt_stt.pipeline.eot import SilenceTimeoutPolicy
+from kitt_stt.pipeline.seat import SeatPipeline
+from kitt_stt.pipeline.settings import SessionSettings
+from kitt_stt.scheduler import InferenceScheduler
+from kitt_stt.text.itn import WetextNormalizer
+from kitt_stt.text.language import TextLanguage
+from kitt_stt.text.offload import ItnWorker
+from kitt_stt.text.stage import TextStage
+from tests.engine_wrappers import NUMBER_WORDS, NumberWords
+from tests.helpers import collect_until, commits, of_type, run_server, running, send_pcm, tone_pcm
+
+LONG, SHORT = NUMBER_WORDS["打开车门"], NUMBER_WORDS["关窗"]
+CONFIG: dict[str, Any] = {"asr": {"chunk_pause_ms": 0, "use_itn": False}, "vad": {"silence_ms": 300},
+                          "interim": {"enabled": False}, "turn": {"model": None, "wait_ms": 800}}
+
+
+def one_turn_two_segments() -> bytes:
+    return tone_pcm("打开车门", tail_ms=500) + tone_pcm("关窗", lead_ms=0, tail_ms=600)
+
+
+def assert_normalised_in_order(frames: list[dict[str, Any]]) -> None:
+    assert [f["type"] for f in frames if f["type"] in ("final", "commit")] == ["final", "final", "commit"]
+    first, second = of_type(frames, "final")
+    assert (first["segment_id"], second["segment_id"]) == (1, 2)  # the long one first, though slower
+    assert first["text"] == "空调调到26度" * 20 and second["text"] == "音量调到30%"
+    assert commits(frames)[0]["text"] == "空调调到26度" * 20 + "音量调到30%"  # the turn, restaged as one
+
+
+@pytest.fixture(scope="module")
+def tone_engine(tone_dir: Path) -> OrtSenseVoiceEngine:
+    return OrtSenseVoiceEngine(load_sense_voice_model(tone_dir), "tone", AsrConfig())
+
+
+async def test_finals_and_commits_are_normalised_off_the_loop_in_order(tone_engine, monkeypatch) -> None:
+    inline: list[str] = []
+    original = WetextNormalizer.normalize
+
+    def recording(self: WetextNormalizer, text: str, language: TextLanguage) -> str:
+        inline.append(text)  # ITN in this process: on the event loop's thread
+        return original(self, text, language)
+
+    monkeypatch.setattr(WetextNormalizer, "normalize", recording)
+    config = AppConfig.model_validate(CONFIG)
+    frames: list[dict[str, Any]] = []
+    pcm = one_turn_two_segments()
+    with running(InferenceScheduler(NumberWords(tone_engine), workers=1)) as scheduler:
+        seat = SeatPipeline("driver", config, lambda: SessionSettings(interim=False, language="zh"), scheduler,
+                            SilenceTimeoutPolicy(config.turn.wait_ms), lambda frame: frames.append(frame.model_dump()),
+                            owner="test")
+        try:
+            seat.push_audio(np.frombuffer(pcm, dtype="<i2"))
+            deadline = time.monotonic() + 30  # the first call spawns the worker and loads its grammars
+            while not commits(frames):
+                assert time.monotonic() < deadline, frames
+                await asyncio.sleep(0.01)
+        finally:
+            seat.close()
+    assert_normalised_in_order(frames)
+    assert inline == []  # not one text went through the grammars in this process
+
+
+async def test_off_loop_final_equals_the_inline_one() -> None:
+    stage = TextStage()
+    for text, lang in ((LONG, "zh"), ("hey kitt, set the temperature to twenty six degrees", "en"),
+                       ("打开车窗", "zh"), ("大開車門調到二十六度", "zh")):
+        assert await stage.final_off_loop(text, lang) == stage.final(text, lang)
+
+
+async def test_a_worker_that_died_is_replaced_for_the_next_text() -> None:
+    from concurrent.futures.process import BrokenProcessPool
+
+    worker = ItnWorker()
+    try:
+        assert await worker.normalize("二十六度", TextLanguage.ZH) == "26度"
+        [pid] = list(worker._executor()._processes)  # the one process (private: no public handle to it)
+        os.kill(pid, 9)
+        await asyncio.sleep(0.2)
+        with pytest.raises(BrokenProcessPool):
+            await worker.normalize("三十度", TextLanguage.ZH)
+        assert await worker.normalize("三十度", TextLanguage.ZH) == "30度"
+    finally:
+        worker.close()
+
+
+async def test_a_real_server_normalises_in_its_worker_process_in_order(tmp_path, model_cache) -> None:
+    """Two seats at once, each a long final full of number words and a short one in one turn."""
+    seats = ("driver", "passenger")
+    with run_server(tmp_path, model_cache, CONFIG, module="tests.number_words_server") as server:
+        async with connect(server.url) as session:
+            await asyncio.gather(*(send_pcm(session, one_turn_two_segments(), seat=seat, realtime_factor=1.0)
+                                   for seat in seats))
+            frames = await collect_until(session, lambda fs: len(commits(fs)) == len(seats), timeout=30)
+        workers = itn_workers(server.process.pid)
+    for seat in seats:
+        assert_normalised_in_order([f for f in frames if f.get("seat") == seat])
+    assert len(workers) == 1, workers  # the server's one ITN process did it
+
+
+def itn_workers(pid: int) -> list[str]:
+    """Command lines of ``pid``'s children that multiprocessing spawned."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            command = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        if parent == pid and "spawn_main" in command:  # not its resource tracker
+            found.append(command)
+    return found
+
+
+async def test_the_worker_outlives_a_signal_to_the_process_group() -> None:
+    """Ctrl-C reaches every process of the terminal's group: the server drains its sessions, whose
+    finals still need ITN, so the worker must not die first."""
+    worker = ItnWorker()
+    try:
+        assert await worker.normalize("二十六度", TextLanguage.ZH) == "26度"
+        [pid] = list(worker._executor()._processes)
+        os.kill(pid, signal.SIGINT)
+        os.kill(pid, signal.SIGTERM)
+        await asyncio.sleep(0.2)
+        assert await worker.normalize("三十度", TextLanguage.ZH) == "30度"
+        assert list(worker._executor()._processes) == [pid]  # the same process, not a replacement
+    finally:
+        worker.close()
+
+
+def test_the_worker_exits_when_the_server_is_killed(tmp_path) -> None:
+    """A server killed outright (SIGKILL, out of memory) must not leave its ITN worker behind,
+    holding its grammars (~80 MB) for ever."""
+    script = tmp_path / "owner.py"
+    script.write_text(
+        "import time\n"
+        "from kitt_stt.text.offload import shared_worker\n"
+        "if __name__ == '__main__':\n"
+        "    worker = shared_worker()\n"
+        "    worker.start()\n"
+        "    print(*worker._executor()._processes, flush=True)\n"
+        "    time.sleep(60)\n")
+    owner = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    worker_pid = None
+    try:
+        assert owner.stdout is not None
+        worker_pid = int(owner.stdout.readline())
+        owner.kill()
+        owner.wait(10)
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{worker_pid}").exists() and _state(worker_pid) != "Z":
+            assert time.monotonic() < deadline, "the worker outlived its server"
+            time.sleep(0.05)
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+        if worker_pid is not None and _state(worker_pid) not in ("Z", "gone"):
+            os.kill(worker_pid, signal.SIGKILL)  # this test's own leftover, when it fails
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
