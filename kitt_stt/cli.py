@@ -26,6 +26,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from kitt_stt.asr.providers import ProviderError
     from kitt_stt.asr.sense_voice_model import ModelError
     from kitt_stt.logs import configure_logging
+    from kitt_stt.models.vad_model import prepare_vad
     from kitt_stt.ops.trt_cache import prepare_serve
     from kitt_stt.server.app import create_app
     from kitt_stt.server.runner import run
@@ -47,6 +48,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         turn_model = build_turn_model(config)
     except (ModelError, TurnModelError) as exc:
         return _fail(f"cannot load the end-of-turn model: {exc}")
+    try:
+        config = prepare_vad(config)
+    except ModelError as exc:
+        return _fail(f"cannot load the VAD model: {exc}")
     host = args.host or config.server.host
     port = config.server.port if args.port is None else args.port
     app = create_app(config, plan, turn_model, log_buffer=log_buffer, load_seconds=time.perf_counter() - started)
@@ -107,6 +112,7 @@ def cmd_models_convert_whisper(args: argparse.Namespace) -> int:
 def cmd_models_prepare(args: argparse.Namespace) -> int:
     from kitt_stt.asr.sense_voice_model import ModelError
     from kitt_stt.models.registry import resolve_model
+    from kitt_stt.models.vad_model import resolve_vad_model
 
     try:
         config = load_config(args.config).config
@@ -114,6 +120,9 @@ def cmd_models_prepare(args: argparse.Namespace) -> int:
         if config.turn.model:
             resolved.append(resolve_model(config.turn.model, config.models, setting="turn.model",
                                           directory_kind="turnsense"))
+        vad_model = resolve_vad_model(config)
+        if vad_model is not None:
+            resolved.append(vad_model)
     except (ConfigError, ModelError) as exc:
         return _fail(str(exc))
     for model in resolved:
@@ -313,7 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("--prefix", default="whisper", help="file name prefix: PREFIX-encoder.onnx, ...")
     convert.set_defaults(handler=cmd_models_convert_whisper)
 
-    prepare = model_commands.add_parser("prepare", help="install the configured asr.model and turn.model")
+    prepare = model_commands.add_parser("prepare", help="install the configured asr.model, turn.model and vad.model")
     prepare.add_argument("--config")
     prepare.set_defaults(handler=cmd_models_prepare)
 

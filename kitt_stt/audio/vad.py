@@ -1,4 +1,7 @@
-"""Voice activity per seat: webrtcvad on 20 ms frames -> speech segments.
+"""Voice activity per seat: a speech detector's decisions on 20 ms frames -> speech segments.
+
+The detector (``vad.engine``: webrtcvad or Silero VAD, behind the cabin front end; see
+:mod:`.detector`) says whether each frame is speech; this module turns those decisions into segments.
 
 A small explicit state machine (:class:`VadState`).  In ``SILENCE`` the last ``preroll_ms`` of
 audio sit in a ring, so when speech is confirmed the segment starts *before* the frames that
@@ -14,14 +17,14 @@ from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
-import webrtcvad
 
+from kitt_stt.audio.detector import FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE, SpeechDetector
+from kitt_stt.audio.engines import new_detector
 from kitt_stt.config.schema import VadConfig
 from kitt_stt.str_enum import StrEnum
 
-SAMPLE_RATE = 16000
-FRAME_MS = 20
-FRAME_SAMPLES = SAMPLE_RATE * FRAME_MS // 1000
+__all__ = ["FRAME_MS", "FRAME_SAMPLES", "SAMPLE_RATE", "EndReason", "SpeechAudio", "SpeechEnded", "SpeechStarted",
+           "VadEvent", "VadSegmenter", "VadState"]
 
 
 class VadState(StrEnum):
@@ -65,8 +68,8 @@ VadEvent = SpeechStarted | SpeechAudio | SpeechEnded
 class VadSegmenter:
     """Feed 20 ms int16 frames, get segment events back, in order."""
 
-    def __init__(self, config: VadConfig) -> None:
-        self._vad = webrtcvad.Vad(config.aggressiveness)
+    def __init__(self, config: VadConfig, detector: SpeechDetector | None = None) -> None:
+        self._detector = detector or new_detector(config)
         self._start_frames = max(1, config.start_ms // FRAME_MS)
         window_frames = max(self._start_frames, config.start_window_ms // FRAME_MS)
         self._window = deque[bool](maxlen=window_frames)
@@ -93,10 +96,10 @@ class VadSegmenter:
 
     @property
     def buffered_bytes(self) -> int:
-        return sum(frame.nbytes for frame in self._preroll)
+        return sum(frame.nbytes for frame in self._preroll) + self._detector.nbytes
 
     def process(self, frame: np.ndarray) -> list[VadEvent]:
-        voiced = self._vad.is_speech(frame.tobytes(), SAMPLE_RATE)
+        voiced = self._detector.is_speech(frame)
         self._frames_seen += 1
         if self.state is VadState.SILENCE:
             return self._in_silence(frame, voiced)
@@ -170,3 +173,4 @@ class VadSegmenter:
         """Drop buffered audio (seat closed)."""
         self._preroll.clear()
         self._window.clear()
+        self._detector.reset()

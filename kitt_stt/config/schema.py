@@ -226,8 +226,25 @@ class AsrConfig(_Section):
         return value
 
 
+class VadEngine(StrEnum):
+    """Who decides whether a 20 ms frame is speech (docs/configuration.md, "Speech detection")."""
+
+    WEBRTC = "webrtc"
+    """webrtcvad's GMM: no model to fetch, microseconds a frame; hears the tone test language."""
+    SILERO = "silero"
+    """Silero VAD v6 on onnxruntime (the ``silero-vad`` registry model): hears voices, not noise."""
+
+
 class VadConfig(_Section):
-    aggressiveness: int = Field(default=2, ge=0, le=3)
+    engine: VadEngine = VadEngine.WEBRTC
+    model: str = "silero-vad"  # the neural engine's model: a registry name or a directory
+    aggressiveness: int = Field(default=2, ge=0, le=3)  # webrtc
+    threshold: float = Field(default=0.5, ge=0.05, le=0.95)  # silero: speech starts at this probability
+    release: float = Field(default=0.15, ge=0.0, le=0.5)  # silero: ... and stops below threshold - release
+    highpass_hz: int = Field(default=150, ge=0, le=400)  # 0: off; road and engine noise live below it
+    # speech must stand this far above the noise floor; 0: off; null: the engine's own (webrtc 6, silero 0)
+    noise_gate_db: float | None = Field(default=None, ge=0.0, le=30.0)
+    noise_window_ms: int = Field(default=1500, ge=200, le=10_000)  # the noise floor: the quietest moment of this window
     start_ms: int = Field(default=60, ge=20)
     start_window_ms: int = Field(default=100, ge=20)
     silence_ms: int = Field(default=200, ge=60)

@@ -29,6 +29,7 @@ from kitt_stt.config.schema import ModelsConfig
 from kitt_stt.models.checksums import sha256_file
 from kitt_stt.models.sensevoice_bench import build_sensevoice_bench
 from kitt_stt.models.sensevoice_release import fetch_sensevoice
+from kitt_stt.models.silero_release import fetch_silero_vad
 from kitt_stt.models.tone_model import build_tone_model
 from kitt_stt.models.whisper_release import fetch_whisper_base
 from kitt_stt.turnsense.fetch import fetch_turnsense
@@ -82,6 +83,13 @@ _ENTRIES = (
         description="Smart Turn v3.2 audio end-of-turn model (int8 ONNX), from the pipecat-ai 1.14.0 wheel",
         licence="BSD-2-Clause (Daily); LICENSE and NOTICE are installed beside the model",
         install=lambda out, _: fetch_turnsense(out),
+    ),
+    RegistryEntry(
+        name="silero-vad",
+        kind="vad",
+        description="Silero VAD v6 speech detector (ONNX, 2.3 MB; vad.engine silero), from the silero-vad 6.2.3 wheel",
+        licence="MIT (Silero Team); LICENSE and NOTICE are installed beside the model",
+        install=lambda out, _: fetch_silero_vad(out),
     ),
 )
 REGISTRY: dict[str, RegistryEntry] = {entry.name: entry for entry in _ENTRIES}

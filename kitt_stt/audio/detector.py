@@ -1,0 +1,65 @@
+"""The speech-detector interface: one 20 ms frame in, "is this speech?" out, whatever the engine.
+
+The segmenter (:mod:`.vad`) owns the state machine (pre-roll, start and stop hysteresis, forced
+splits); a detector owns only the per-frame decision and whatever state its engine needs per
+seat. Every detector hears the cabin front end first (:mod:`.frontend`): the high-pass filter,
+then, after the engine's own decision, the noise-floor gate, so that no engine keeps a segment
+open on stationary noise.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import numpy as np
+
+from kitt_stt.audio.frontend import HighPassFilter, NoiseFloor, level_db
+from kitt_stt.config.schema import VadConfig
+
+SAMPLE_RATE = 16000
+FRAME_MS = 20
+FRAME_SAMPLES = SAMPLE_RATE * FRAME_MS // 1000
+
+
+class SpeechDetector(ABC):
+    """Per-seat speech decision on consecutive 20 ms int16 frames."""
+
+    def __init__(self, config: VadConfig, default_gate_db: float) -> None:
+        self._highpass = HighPassFilter(config.highpass_hz, FRAME_SAMPLES) if config.highpass_hz else None
+        self._gate_db = default_gate_db if config.noise_gate_db is None else config.noise_gate_db
+        self._floor = NoiseFloor(config.noise_window_ms, FRAME_MS) if self._gate_db else None
+        # the filter's first output frames are its start-up transient (quieter than the input): kept
+        # out of the noise floor, or the floor would sit below the noise for a whole window
+        self._settle_frames = -(-self._highpass.delay_samples // FRAME_SAMPLES) if self._highpass else 0
+        self._heard_frames = 0
+        #: the last frame's level over the noise floor in dB (for the benchmark and tracing)
+        self.last_margin_db = 0.0
+
+    def is_speech(self, frame: np.ndarray) -> bool:
+        heard = self._highpass.process(frame) if self._highpass is not None else frame.astype(np.float64)
+        voiced = self._engine_says_speech(heard)
+        self._heard_frames += 1
+        if self._floor is None:
+            return voiced
+        if self._heard_frames <= self._settle_frames:
+            return False
+        level = level_db(heard)
+        self.last_margin_db = level - self._floor.update(level)
+        return voiced and self.last_margin_db >= self._gate_db
+
+    @abstractmethod
+    def _engine_says_speech(self, frame: np.ndarray) -> bool:
+        """The engine's decision on one filtered frame (float64, int16 scale)."""
+
+    def reset(self) -> None:
+        """Forget everything heard (the seat is closed)."""
+        if self._highpass is not None:
+            self._highpass.reset()
+        if self._floor is not None:
+            self._floor.reset()
+        self._heard_frames = 0
+
+    @property
+    def nbytes(self) -> int:
+        return (self._highpass.nbytes if self._highpass is not None else 0) + (
+            self._floor.nbytes if self._floor is not None else 0)
