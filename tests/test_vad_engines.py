@@ -172,3 +172,9 @@ def test_a_pause_cut_lands_in_the_pause_not_in_the_next_word() -> None:
     assert cuts, "the 100 ms gaps between bursts close chunks"
     for position in cuts:
         assert np.abs(audio[position - 320 : position].astype(np.int32)).max() == 0, position  # ends in the gap
+
+
+def test_a_release_that_would_never_end_speech_is_refused() -> None:
+    with pytest.raises(ValueError, match="speech never stops"):
+        VadConfig(engine="silero", threshold=0.3, release=0.3)
+    assert VadConfig(threshold=0.3, release=0.25).release == 0.25
