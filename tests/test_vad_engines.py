@@ -12,12 +12,13 @@ import pytest
 
 from kitt_stt.audio.frontend import HighPassFilter, NoiseFloor, level_db
 from kitt_stt.audio.silero import SileroDetector, load_silero
-from kitt_stt.audio.vad import SpeechEnded, SpeechStarted, VadSegmenter, VadState
+from kitt_stt.audio.vad import SpeechAudio, SpeechEnded, SpeechStarted, VadSegmenter, VadState
 from kitt_stt.audio.wavfile import read_wav_16k_mono
 from kitt_stt.config.schema import VadConfig
 from kitt_stt.models import silero_release
 from kitt_stt.models.pypi import FetchError
 from tests.conftest import installed
+from tests.helpers import tone_pcm
 from utils.performance import cabin_noise
 
 SPEECH = Path(__file__).parent / "fixtures" / "speech"
@@ -145,3 +146,35 @@ def test_a_client_held_segment_ignores_the_engine(silero_dir: Path) -> None:
             events += segmenter.process(samples[offset : offset + 320])
         assert isinstance(events[0], SpeechStarted) and not any(isinstance(e, SpeechEnded) for e in events), name
         assert segmenter.state is VadState.SPEECH and segmenter.client_held, name
+
+
+def test_a_pause_cut_lands_in_the_pause_not_in_the_next_word() -> None:
+    """The front end's filter makes every decision about the frame before (``decision_lag_samples``);
+    a chunk cut where the decision was made landed 20 ms inside the next burst, so that burst was
+    decoded twice (final ``ABCDEF F`` for ``ABCDEF``)."""
+    from kitt_stt.pipeline.chunks import ChunkTracker
+
+    segmenter = VadSegmenter(VadConfig(engine="webrtc"))
+    chunks = ChunkTracker(pause_frames=5, max_chunk_samples=1 << 30, lag_samples=segmenter.decision_lag_samples)
+    samples = np.frombuffer(tone_pcm("ABCDEF", lead_ms=600, tail_ms=600), dtype="<i2")
+    audio = np.zeros(0, np.int16)
+    cuts = []
+    for offset in range(0, samples.shape[0] - 319, 320):
+        for event in segmenter.process(samples[offset : offset + 320]):
+            if isinstance(event, SpeechStarted):
+                audio = event.preroll
+            elif isinstance(event, SpeechAudio):
+                audio = np.concatenate([audio, event.samples])
+                cut = chunks.boundary_after(event.voiced, audio)
+                if cut is not None:
+                    cuts.append(cut.position)
+                    chunks.cut(cut.position, None)
+    assert cuts, "the 100 ms gaps between bursts close chunks"
+    for position in cuts:
+        assert np.abs(audio[position - 320 : position].astype(np.int32)).max() == 0, position  # ends in the gap
+
+
+def test_a_release_that_would_never_end_speech_is_refused() -> None:
+    with pytest.raises(ValueError, match="speech never stops"):
+        VadConfig(engine="silero", threshold=0.3, release=0.3)
+    assert VadConfig(threshold=0.3, release=0.25).release == 0.25

@@ -19,6 +19,13 @@ from kitt_stt.config.schema import VadConfig
 SAMPLE_RATE = 16000
 FRAME_MS = 20
 FRAME_SAMPLES = SAMPLE_RATE * FRAME_MS // 1000
+#: after speech that stood out from the noise, the engine's own word counts this long: the gate is
+#: there for noise, and must not cut short the hangover that webrtcvad keeps across a word's stop
+#: closures and short gaps (in a quiet room the gate then changes nothing) ...
+GATE_HOLD_FRAMES = 100 // FRAME_MS
+#: ... where speech means this many frames in a row above the gate: a lone loud frame of noise
+#: (brown noise fluctuates slowly) must not hand the next 100 ms to an engine that hears noise as speech
+GATE_HOLD_AFTER_FRAMES = 3
 
 
 class SpeechDetector(ABC):
@@ -32,6 +39,8 @@ class SpeechDetector(ABC):
         # out of the noise floor, or the floor would sit below the noise for a whole window
         self._settle_frames = -(-self._highpass.delay_samples // FRAME_SAMPLES) if self._highpass else 0
         self._heard_frames = 0
+        self._above_run = 0  # frames in a row above the gate
+        self._gate_hold = 0  # frames the engine's decision still counts after such a run ended
         #: the last frame's level over the noise floor in dB (for the benchmark and tracing)
         self.last_margin_db = 0.0
 
@@ -45,7 +54,22 @@ class SpeechDetector(ABC):
             return False
         level = level_db(heard)
         self.last_margin_db = level - self._floor.update(level)
-        return voiced and self.last_margin_db >= self._gate_db
+        if self.last_margin_db >= self._gate_db:
+            self._above_run += 1
+            if self._above_run >= GATE_HOLD_AFTER_FRAMES:
+                self._gate_hold = GATE_HOLD_FRAMES
+            return voiced
+        self._above_run = 0
+        if self._gate_hold:
+            self._gate_hold -= 1
+            return voiced
+        return False
+
+    @property
+    def delay_samples(self) -> int:
+        """Each decision is about the audio that ended this many samples ago (the high-pass filter's
+        delay; the engines themselves decide on what they have heard up to now)."""
+        return self._highpass.delay_samples if self._highpass is not None else 0
 
     @abstractmethod
     def _engine_says_speech(self, frame: np.ndarray) -> bool:
@@ -58,6 +82,8 @@ class SpeechDetector(ABC):
         if self._floor is not None:
             self._floor.reset()
         self._heard_frames = 0
+        self._above_run = 0
+        self._gate_hold = 0
 
     @property
     def nbytes(self) -> int:

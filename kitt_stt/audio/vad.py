@@ -95,6 +95,12 @@ class VadSegmenter:
         self._skipped_samples += samples
 
     @property
+    def decision_lag_samples(self) -> int:
+        """How far each decision trails the frame it comes with (the front end's filter delay):
+        where the segment is cut at a pause must be taken back by this much."""
+        return self._detector.delay_samples
+
+    @property
     def buffered_bytes(self) -> int:
         return sum(frame.nbytes for frame in self._preroll) + self._detector.nbytes
 

@@ -245,6 +245,15 @@ class VadConfig(_Section):
     # speech must stand this far above the noise floor; 0: off; null: the engine's own (webrtc 6, silero 0)
     noise_gate_db: float | None = Field(default=None, ge=0.0, le=30.0)
     noise_window_ms: int = Field(default=1500, ge=200, le=10_000)  # the noise floor: the quietest moment of this window
+
+    @model_validator(mode="after")
+    def _speech_can_stop(self) -> VadConfig:
+        """Silero's speech stops below ``threshold - release``: at 0 or below no probability is
+        ever low enough, and no segment would end."""
+        if round(self.threshold - self.release, 6) < 0.05:
+            raise ValueError(f"vad.release ({self.release}) must be at least 0.05 below vad.threshold "
+                             f"({self.threshold}), or speech never stops")
+        return self
     start_ms: int = Field(default=60, ge=20)
     start_window_ms: int = Field(default=100, ge=20)
     silence_ms: int = Field(default=200, ge=60)

@@ -69,6 +69,9 @@ class ChunkTracker:
 
     pause_frames: int  # 0: chunking off
     max_chunk_samples: int
+    # how far the VAD's decisions trail the audio (its front end's filter delay): a frame's voiced
+    # flag describes the audio that ended this many samples before the frame did
+    lag_samples: int = 0
     open_start: int = 0
     closed: list[ClosedChunk] = field(default_factory=list)
     features: FeatureStream | None = None  # the open chunk's incremental front end
@@ -86,7 +89,8 @@ class ChunkTracker:
         if not self.pause_frames:
             return None
         buffered_samples = audio.shape[0]
-        self._recent.append(_Frame(buffered_samples, voiced))
+        decided_until = max(self.open_start, buffered_samples - self.lag_samples)  # what ``voiced`` is about
+        self._recent.append(_Frame(decided_until, voiced))
         if voiced:
             self._pause_run = 0
             self.tail_voiced = True
@@ -95,7 +99,7 @@ class ChunkTracker:
         if self.reached_max(buffered_samples):  # first: a pause cut may be refused, this one may not
             return Cut(self._quietest_point(audio), CutKind.LIMIT)
         if self.pause_reached and self.tail_voiced:
-            return Cut(buffered_samples, CutKind.PAUSE)
+            return Cut(decided_until, CutKind.PAUSE)
         return None
 
     @property

@@ -194,6 +194,7 @@ class SeatPipeline:
         if asr.naive:  # the old behaviour, kept as the benchmark baseline: re-decode everything
             return ChunkTracker(pause_frames=0, max_chunk_samples=1 << 62)
         return ChunkTracker(pause_frames=asr.chunk_pause_ms // FRAME_MS, max_chunk_samples=asr.max_chunk_ms * 16,
+                            lag_samples=self._vad.decision_lag_samples,
                             features=self._scheduler.engine.new_feature_stream())
 
     def _on_audio(self, samples: np.ndarray, voiced: bool = True) -> None:

@@ -160,7 +160,7 @@ def chunk(samples: np.ndarray, config: AppConfig) -> list[Segment]:
                 buffer = PcmBuffer()
                 buffer.append(event.preroll)
                 tracker = ChunkTracker(pause_frames=asr.chunk_pause_ms // FRAME_MS,
-                                       max_chunk_samples=asr.max_chunk_ms * 16)
+                                       max_chunk_samples=asr.max_chunk_ms * 16, lag_samples=vad.decision_lag_samples)
                 segments.append(Segment(np.zeros(0, np.int16)))
             elif isinstance(event, SpeechAudio) and tracker is not None:
                 buffer.append(event.samples)
