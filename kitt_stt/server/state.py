@@ -7,7 +7,7 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from kitt_stt.asr.engine import AsrEngine, DecodeOptions
 from kitt_stt.config.schema import AppConfig
@@ -20,10 +20,20 @@ from kitt_stt.text import load as load_text_stage
 from kitt_stt.text import wake_hotwords
 from kitt_stt.turnsense.runner import TurnModelRunner
 
-if TYPE_CHECKING:
-    from kitt_stt.server.connection import Connection
-
 log = logging.getLogger(__name__)
+
+
+class LiveSession(Protocol):
+    """What the service needs of an open session (a :class:`~kitt_stt.server.connection.Connection`).
+    A protocol rather than the class, so the state does not import the connection that imports it."""
+
+    async def shutdown(self) -> None: ...
+
+    @property
+    def buffered_bytes(self) -> int: ...
+
+    @property
+    def seat_count(self) -> int: ...
 
 
 @dataclass
@@ -35,7 +45,7 @@ class ServiceState:
     metrics: Metrics = field(default_factory=Metrics)
     tracer: Tracer | None = None
     log_buffer: RecentLogBuffer | None = None
-    connections: set[Connection] = field(default_factory=set)
+    connections: set[LiveSession] = field(default_factory=set)
     connections_per_ip: Counter[str] = field(default_factory=Counter)
     ready: bool = False
     draining: bool = False
