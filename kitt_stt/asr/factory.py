@@ -15,6 +15,7 @@ from kitt_stt.asr.providers import check_available, check_profile_covers_segment
 from kitt_stt.asr.sense_voice_model import LANGUAGES, ModelError, load_sense_voice_model
 from kitt_stt.asr.sherpa_sense_voice import SherpaSenseVoiceEngine
 from kitt_stt.asr.sherpa_whisper import SherpaWhisperEngine
+from kitt_stt.asr.whisper_language import WhisperLanguageDetector
 from kitt_stt.asr.whisper_model import LONGEST_AUDIO_MS, WhisperModel, load_whisper_model
 from kitt_stt.config.schema import AppConfig, AsrConfig, Engine, Provider
 from kitt_stt.models.registry import resolve_model
@@ -68,9 +69,13 @@ def plan_engine(config: AppConfig) -> EnginePlan:
     if resolved.kind == "whisper":
         whisper = _plan_whisper(config, resolved.directory)
         info = EngineInfo(whisper.name, resolved.kind, "cpu", whisper.languages, hotwords=False)
+        options = asr.whisper
+        detector = partial(WhisperLanguageDetector, whisper, num_threads=asr.num_threads,
+                           window_frames=options.language_window_ms // 10, pad_frames=options.language_pad_frames,
+                           bias=options.language_bias)
         construct = partial(SherpaWhisperEngine, whisper, kind=resolved.kind, num_threads=asr.num_threads,
-                            tail_paddings=asr.whisper.tail_paddings, task=asr.whisper.task,
-                            max_recognizers=asr.max_recognizers)
+                            tail_paddings=options.tail_paddings, task=options.task,
+                            max_recognizers=asr.max_recognizers, detector=detector)
     else:
         model = load_sense_voice_model(resolved.directory, prefer_int8=asr.provider is Provider.CPU)
         if asr.engine is Engine.ONNXRUNTIME:
@@ -111,6 +116,8 @@ def _allowed_languages(info: EngineInfo, asr: AsrConfig) -> tuple[str, ...]:
                          f"it knows: {', '.join(known)}")
     if asr.language not in allowed:
         raise ModelError(f"asr.language={asr.language!r} is not one of this model's languages: {', '.join(known)}")
+    if not any(code in allowed for code in asr.auto_languages):
+        raise ModelError(f"asr.auto_languages: none of {', '.join(asr.auto_languages)} is a language of {info.name}")
     return allowed
 
 

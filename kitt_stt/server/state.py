@@ -61,7 +61,8 @@ class ServiceState:
         hotwords = wake_hotwords(self.config.wake, parse_hotwords(asr.hotwords))
         if hotwords and self.engine.info.hotwords:
             self.engine.prepare_hotwords(hotwords)  # the sessions' default list, ready before the first
-        self.engine.warm_up(DecodeOptions(language=asr.language, use_itn=asr.use_itn, hotwords=hotwords))
+        self.engine.warm_up(DecodeOptions(language=asr.language, use_itn=asr.use_itn, hotwords=hotwords,
+                                          languages=tuple(asr.auto_languages)))
         if self.turn_model is not None:
             self.turn_model.warm_up()
         load_text_stage()  # pinyin, OpenCC and ITN grammars: ~0.45 s the first final would otherwise pay

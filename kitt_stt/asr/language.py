@@ -1,0 +1,110 @@
+"""Language identification restricted to a set, decided once per segment and kept for a turn.
+
+Why restricted: an in-car product speaks a known set of languages (``asr.auto_languages``, by
+default zh and en). Whisper detects among all 99 of its languages, and on short commands it
+reads English and Mandarin as Thai or Japanese; SenseVoice's language query picks among its
+five. Both score every language at once, so the scores of languages outside the set are dropped
+and the best of the rest wins, with its probability renormalised over the set (as Whisper's own
+``detect_language`` does over all language tokens).
+
+Why once per segment: chunks and interims of one segment are decoded separately; detecting on
+each would let the pieces of one sentence flip between zh and en and, for Whisper, pay an
+encoder pass per piece. A segment's first decode with at least ``min_samples`` of audio decides
+(a shorter first piece uses the turn's language, or a provisional guess that is not kept).
+
+Why per turn: a turn keeps the language its first segment decided unless a later segment's
+evidence is clearly stronger (its probability exceeds the turn's by ``switch_margin``).
+Decodes run on scheduler worker threads, so the state here is guarded by locks.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+DEFAULT_SWITCH_MARGIN = 0.25
+DEFAULT_MIN_SAMPLES = 16000  # 1 s of 16 kHz audio: shorter first pieces do not decide a segment
+
+
+@dataclass(frozen=True)
+class LanguageGuess:
+    lang: str
+    probability: float  # among the allowed languages only
+
+
+def restricted_guess(logits: np.ndarray, token_ids: Mapping[str, int], allowed: Sequence[str]) -> LanguageGuess:
+    """The best of ``allowed`` by ``logits`` (one score per vocabulary entry), with its softmax
+    probability over the allowed languages' tokens only; every other entry is masked out."""
+    codes = [code for code in allowed if code in token_ids]
+    if not codes:
+        raise ValueError(f"none of {', '.join(allowed)} is a language this model can detect")
+    scores = np.array([float(logits[token_ids[code]]) for code in codes], dtype=np.float64)
+    weights = np.exp(scores - scores.max())
+    weights /= weights.sum()
+    best = int(np.argmax(weights))
+    return LanguageGuess(codes[best], round(float(weights[best]), 4))
+
+
+class TurnLanguage:
+    """The language a turn's segments decode in, once its first segment decided one."""
+
+    def __init__(self) -> None:
+        self._guess: LanguageGuess | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def guess(self) -> LanguageGuess | None:
+        with self._lock:
+            return self._guess
+
+    def settle(self, guess: LanguageGuess, switch_margin: float = DEFAULT_SWITCH_MARGIN) -> LanguageGuess:
+        """The turn's language after a segment detected ``guess``: the first guess sets it; a
+        different language replaces it only with clearly stronger evidence."""
+        with self._lock:
+            current = self._guess
+            if current is None or (guess.lang != current.lang and
+                                   guess.probability >= current.probability + switch_margin):
+                self._guess = current = guess
+            return current
+
+    def segment(self, switch_margin: float = DEFAULT_SWITCH_MARGIN,
+                min_samples: int = DEFAULT_MIN_SAMPLES) -> SegmentLanguage:
+        return SegmentLanguage(self, switch_margin, min_samples)
+
+
+class SegmentLanguage:
+    """One segment's language: detected by the first decode long enough to tell, then reused by
+    the segment's other decodes (chunks, interims, the final's tail), which detect nothing."""
+
+    def __init__(self, turn: TurnLanguage | None = None, switch_margin: float = DEFAULT_SWITCH_MARGIN,
+                 min_samples: int = DEFAULT_MIN_SAMPLES) -> None:
+        self._turn = turn
+        self._switch_margin = switch_margin
+        self._min_samples = min_samples
+        self._guess: LanguageGuess | None = None
+        self._latest: LanguageGuess | None = None  # the last one used, decided or not (what the final reports)
+        self._lock = threading.Lock()  # held while detecting, so concurrent pieces detect once
+
+    @property
+    def guess(self) -> LanguageGuess | None:
+        """The language decided for the segment, else the last short piece's, else None."""
+        with self._lock:
+            return self._guess or self._latest
+
+    def resolve(self, samples: int, detect: Callable[[], LanguageGuess]) -> LanguageGuess:
+        """The segment's language for a decode of ``samples`` samples; ``detect`` runs the
+        restricted detection on that decode's audio, only when nothing decided it yet."""
+        with self._lock:
+            if self._guess is not None:
+                return self._guess
+            turn_guess = self._turn.guess if self._turn is not None else None
+            if samples < self._min_samples:
+                # too short to decide on: the turn's language if it has one, else a guess for this decode only
+                self._latest = turn_guess if turn_guess is not None else detect()
+                return self._latest
+            guess = detect()
+            self._guess = self._turn.settle(guess, self._switch_margin) if self._turn is not None else guess
+            return self._guess
