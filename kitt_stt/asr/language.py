@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 DEFAULT_SWITCH_MARGIN = 0.25
-DEFAULT_MIN_SAMPLES = 16000  # 1 s of 16 kHz audio: shorter first pieces do not decide a segment
+DEFAULT_MIN_SAMPLES = 8000  # 0.5 s of 16 kHz audio: shorter first pieces do not decide a segment
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,8 @@ per segment (not per chunk or interim).
 Its cost is mostly the encoder, which grows with the frames it reads: sherpa-onnx appends
 ``tail_paddings`` frames of silence for decoding (700 = 7 s here), but the language step reads
 at most ``window_frames`` of the speech and ``pad_frames`` of silence. ``bias`` adds a constant
-to a language's score (a log prior: whisper-base reads short Mandarin commands as English more
-often than the reverse). All three were chosen by ``utils/performance/lid_report.py`` on its
-tuning recordings and reported on held-out ones (docs/models.md).
+to a language's score (a log prior, none by default). ``utils/performance/lid_report.py`` tunes
+them on some recordings and reports on others (docs/models.md, "Language detection").
 """
 
 from __future__ import annotations
@@ -50,7 +49,7 @@ def whisper_log_mel(samples: np.ndarray) -> np.ndarray:
 
 
 class WhisperLanguageDetector:
-    def __init__(self, model: WhisperModel, num_threads: int = 1, window_frames: int = 300, pad_frames: int = 0,
+    def __init__(self, model: WhisperModel, num_threads: int = 1, window_frames: int = 150, pad_frames: int = 100,
                  bias: Mapping[str, float] | None = None) -> None:
         metadata = read_model_header(model.encoder_path).metadata
         self._sot = int(metadata["sot"])

@@ -36,9 +36,35 @@ window.kittConsole = {
 
 setUp();
 
+/** "auto" says what it may detect (asr.auto_languages): detection never leaves that set. */
+function languageLabel(language) {
+  const allowed = (settings.auto_languages || []).filter((code) => settings.languages.includes(code));
+  return language === "auto" && allowed.length > 0 ? `auto (${allowed.join(", ")})` : language;
+}
+
+/** Text in a script no installed font covers shows as boxes; say which font is missing instead.
+ * A font is present when text set in it measures differently from the generic fallback. */
+function reportMissingFonts() {
+  const families = { CJK: ["Noto Sans CJK SC", "WenQuanYi Micro Hei", "Source Han Sans SC", "PingFang SC",
+                           "Microsoft YaHei"], Latin: ["Noto Sans", "DejaVu Sans", "Liberation Sans", "Arial"] };
+  const samples = { CJK: "打开车门你好", Latin: "Open the door" };
+  const context = document.createElement("canvas").getContext("2d");
+  const width = (font, text) => { context.font = font; return context.measureText(text).width; };
+  const missing = [];
+  for (const [script, names] of Object.entries(families)) {
+    const present = names.some((name) => ["monospace", "serif"].some(
+      (generic) => width(`20px "${name}", ${generic}`, samples[script]) !== width(`20px ${generic}`, samples[script])));
+    if (!present) missing.push(`${script} (none of ${names.join(", ")})`);
+  }
+  $("fonts").hidden = missing.length === 0;
+  $("fonts").textContent = missing.length === 0 ? "" : `No font for ${missing.join("; ")} on this machine: that ` +
+    "text may show as boxes. Install one, e.g. Debian's fonts-noto-cjk or fonts-wqy-microhei.";
+}
+
 function setUp() {
-  for (const language of settings.languages) $("language").append(new Option(language, language));
+  for (const language of settings.languages) $("language").append(new Option(languageLabel(language), language));
   $("language").value = settings.language;
+  reportMissingFonts();
   $("interim").checked = settings.interim;
   const wake = settings.wake;
   $("wake-mode").options[0].textContent = `mode: server default (${wake.mode})`;
