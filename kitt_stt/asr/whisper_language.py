@@ -69,8 +69,9 @@ class WhisperLanguageDetector:
         self._decoder = ort.InferenceSession(str(model.decoder_path), options, providers=["CPUExecutionProvider"])
 
     @property
-    def languages(self) -> tuple[str, ...]:
-        return tuple(self._language_tokens)
+    def language_tokens(self) -> dict[str, int]:
+        """Each language's token id (its score is the logit there)."""
+        return dict(self._language_tokens)
 
     def detect(self, samples: np.ndarray, allowed: Sequence[str]) -> LanguageGuess:
         """The most likely of ``allowed`` for ``samples`` (int16, 16 kHz)."""

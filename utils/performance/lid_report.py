@@ -86,14 +86,14 @@ def main() -> None:
                 setting.logits.append(detector.language_logits(rec.samples))
                 setting.cost_s.append(time.perf_counter() - start)
             settings.append(setting)
-    tokens = dict(zip(detector.languages, (detector._language_tokens[c] for c in detector.languages), strict=True))
+    tokens = detector.language_tokens
     tune = [rec.split == "tune" for rec in recordings]
     held = [not t for t in tune]
     everything = [True] * len(recordings)
     print("\ntuning (accuracy on the tune split; best bias per setting):")
     best = None
     for setting in settings:
-        scored = max(((_accuracy(_picks(setting, tokens, languages, b), recordings, tune), -b, b) for b in BIASES))
+        scored = max((_accuracy(_picks(setting, tokens, languages, b), recordings, tune), -b, b) for b in BIASES)
         mean_cost = statistics.mean(setting.cost_s)
         print(f"  window {setting.window_ms:>5} ms, pad {setting.pad_frames:>3}: zh bias {scored[2]:+.2f} "
               f"tune {scored[0]:.3f}  ({mean_cost * 1000:.0f} ms per segment)")
