@@ -27,23 +27,36 @@ def test_restricted_guess_masks_languages_outside_the_set() -> None:
 
 def test_a_turn_keeps_its_language_unless_later_evidence_is_clearly_stronger() -> None:
     turn = TurnLanguage()
-    calls: list[str] = []
+    calls: list[int] = []
 
     def detector(lang: str, probability: float):
-        return lambda: calls.append(lang) or LanguageGuess(lang, probability)
+        return lambda audio: calls.append(audio.shape[0]) or LanguageGuess(lang, probability)
+
+    def piece(samples: int) -> np.ndarray:
+        return np.zeros(samples, dtype=np.int16)
 
     first = turn.segment(switch_margin=0.25, min_samples=100)
-    assert first.resolve(200, detector("zh", 0.7)).lang == "zh"
-    assert first.resolve(200, detector("en", 0.99)).lang == "zh"  # decided: the segment's other pieces reuse it
-    assert calls == ["zh"]
-    assert turn.segment(0.25, 100).resolve(200, detector("en", 0.8)).lang == "zh"  # not clearly stronger
-    assert turn.segment(0.25, 100).resolve(200, detector("en", 0.96)).lang == "en"  # 0.96 >= 0.7 + 0.25
+    assert first.resolve(piece(200), detector("zh", 0.7)).lang == "zh"
+    assert first.resolve(piece(200), detector("en", 0.99)).lang == "zh"  # decided: the segment's other pieces reuse it
+    assert calls == [200]
+    assert turn.segment(0.25, 100).resolve(piece(200), detector("en", 0.8)).lang == "zh"  # not clearly stronger
+    assert turn.segment(0.25, 100).resolve(piece(200), detector("en", 0.96)).lang == "en"  # 0.96 >= 0.7 + 0.25
     short = turn.segment(0.25, 100)
-    assert short.resolve(50, detector("zh", 0.9)).lang == "en"  # too short to decide: the turn's language
-    assert calls == ["zh", "en", "en"] and short.guess == LanguageGuess("en", 0.96)
+    assert short.resolve(piece(50), detector("zh", 0.9)).lang == "en"  # too short to decide: the turn's language
+    assert calls == [200, 200, 200] and short.guess == LanguageGuess("en", 0.96)
     alone = SegmentLanguage(min_samples=100)
-    assert alone.resolve(50, detector("zh", 0.6)).lang == "zh" and alone.guess is not None
-    assert alone.resolve(150, detector("en", 0.9)).lang == "en"  # the short piece decided nothing
+    assert alone.resolve(piece(50), detector("zh", 0.6)).lang == "zh" and alone.guess is not None
+    assert alone.resolve(piece(150), detector("en", 0.9)).lang == "en"  # the short piece decided nothing
+
+
+def test_a_segment_detects_on_its_audio_so_far_not_on_a_short_piece() -> None:
+    """Chunks can be 300 ms; the segment's first 1 s says more than any one of them."""
+    so_far = np.zeros(120, dtype=np.int16)
+    seen: list[int] = []
+    segment = TurnLanguage().segment(min_samples=100, audio=lambda: so_far)
+    guess = segment.resolve(np.zeros(30, dtype=np.int16), lambda audio: seen.append(audio.shape[0]) or
+                            LanguageGuess("en", 0.9))
+    assert guess.lang == "en" and seen == [120]
 
 
 async def _final(url: str, pcm: bytes, **settings: object) -> dict:

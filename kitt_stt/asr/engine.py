@@ -32,11 +32,12 @@ class DecodeOptions:
     languages: tuple[str, ...] = ()
     segment_language: SegmentLanguage | None = field(default=None, compare=False)
 
-    def detected_language(self, samples: int, detect: Callable[[], LanguageGuess]) -> LanguageGuess:
-        """The language to decode ``samples`` samples in, detected once per segment when it has one."""
+    def detected_language(self, piece: np.ndarray, detect: Callable[[np.ndarray], LanguageGuess]) -> LanguageGuess:
+        """The language to decode ``piece`` in: ``detect`` (on the audio it is given) once per
+        segment when the request has a segment, else on the piece itself."""
         if self.segment_language is None:
-            return detect()
-        return self.segment_language.resolve(samples, detect)
+            return detect(piece)
+        return self.segment_language.resolve(piece, detect)
 
     def language_probability(self) -> float | None:
         """The detected language's probability, once the segment's language was detected."""

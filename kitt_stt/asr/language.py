@@ -9,8 +9,9 @@ and the best of the rest wins, with its probability renormalised over the set (a
 
 Why once per segment: chunks and interims of one segment are decoded separately; detecting on
 each would let the pieces of one sentence flip between zh and en and, for Whisper, pay an
-encoder pass per piece. A segment's first decode with at least ``min_samples`` of audio decides
-(a shorter first piece uses the turn's language, or a provisional guess that is not kept).
+encoder pass per piece. The first decode of a segment that has at least ``min_samples`` of audio
+so far decides, reading the segment's audio from its start (not just that decode's piece, which
+may be a 300 ms chunk); before that, pieces use the turn's language, or a guess not kept.
 
 Why per turn: a turn keeps the language its first segment decided unless a later segment's
 evidence is clearly stronger (its probability exceeds the turn's by ``switch_margin``).
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 DEFAULT_SWITCH_MARGIN = 0.25
-DEFAULT_MIN_SAMPLES = 8000  # 0.5 s of 16 kHz audio: shorter first pieces do not decide a segment
+DEFAULT_MIN_SAMPLES = 16000  # 1 s of 16 kHz audio: a segment shorter so far does not decide
 
 
 @dataclass(frozen=True)
@@ -70,9 +71,9 @@ class TurnLanguage:
                 self._guess = current = guess
             return current
 
-    def segment(self, switch_margin: float = DEFAULT_SWITCH_MARGIN,
-                min_samples: int = DEFAULT_MIN_SAMPLES) -> SegmentLanguage:
-        return SegmentLanguage(self, switch_margin, min_samples)
+    def segment(self, switch_margin: float = DEFAULT_SWITCH_MARGIN, min_samples: int = DEFAULT_MIN_SAMPLES,
+                audio: Callable[[], np.ndarray] | None = None) -> SegmentLanguage:
+        return SegmentLanguage(self, switch_margin, min_samples, audio)
 
 
 class SegmentLanguage:
@@ -80,10 +81,13 @@ class SegmentLanguage:
     the segment's other decodes (chunks, interims, the final's tail), which detect nothing."""
 
     def __init__(self, turn: TurnLanguage | None = None, switch_margin: float = DEFAULT_SWITCH_MARGIN,
-                 min_samples: int = DEFAULT_MIN_SAMPLES) -> None:
+                 min_samples: int = DEFAULT_MIN_SAMPLES, audio: Callable[[], np.ndarray] | None = None) -> None:
         self._turn = turn
         self._switch_margin = switch_margin
         self._min_samples = min_samples
+        # the segment's audio so far (a growing buffer's view: read from a worker thread, it is a
+        # valid prefix whatever the event loop appends meanwhile); None: each decode's own piece
+        self._audio = audio
         self._guess: LanguageGuess | None = None
         self._latest: LanguageGuess | None = None  # the last one used, decided or not (what the final reports)
         self._lock = threading.Lock()  # held while detecting, so concurrent pieces detect once
@@ -94,17 +98,18 @@ class SegmentLanguage:
         with self._lock:
             return self._guess or self._latest
 
-    def resolve(self, samples: int, detect: Callable[[], LanguageGuess]) -> LanguageGuess:
-        """The segment's language for a decode of ``samples`` samples; ``detect`` runs the
-        restricted detection on that decode's audio, only when nothing decided it yet."""
+    def resolve(self, piece: np.ndarray, detect: Callable[[np.ndarray], LanguageGuess]) -> LanguageGuess:
+        """The segment's language for a decode of ``piece``; ``detect`` runs the restricted
+        detection on the audio given, only when nothing decided the segment's language yet."""
         with self._lock:
             if self._guess is not None:
                 return self._guess
             turn_guess = self._turn.guess if self._turn is not None else None
-            if samples < self._min_samples:
+            audio = self._audio() if self._audio is not None else piece
+            if audio.shape[0] < self._min_samples:
                 # too short to decide on: the turn's language if it has one, else a guess for this decode only
-                self._latest = turn_guess if turn_guess is not None else detect()
+                self._latest = turn_guess if turn_guess is not None else detect(audio)
                 return self._latest
-            guess = detect()
+            guess = detect(audio)
             self._guess = self._turn.settle(guess, self._switch_margin) if self._turn is not None else guess
             return self._guess

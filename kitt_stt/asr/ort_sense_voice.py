@@ -140,8 +140,9 @@ class OrtSenseVoiceEngine(AsrEngine):
         if options.language != "auto" or not options.languages:
             return None
         frame = logits[0]
+        # the language query reads this decode's audio, whatever the segment has so far
         guess = options.detected_language(
-            request.samples.shape[0], lambda: restricted_guess(frame, self._language_tags, options.languages))
+            request.samples, lambda _audio: restricted_guess(frame, self._language_tags, options.languages))
         masked = np.full_like(frame, -np.inf)
         tag = self._language_tags[guess.lang]
         masked[tag] = frame[tag]

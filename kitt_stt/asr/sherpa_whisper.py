@@ -93,8 +93,7 @@ class SherpaWhisperEngine(AsrEngine):
         if options.language != "auto" or not options.languages or self._detector is None:
             return None
         detector = self._detector
-        return options.detected_language(request.samples.shape[0],
-                                         lambda: detector.detect(request.samples, options.languages))
+        return options.detected_language(request.samples, lambda audio: detector.detect(audio, options.languages))
 
 
 def _read_result(result: Any) -> AsrResult:

@@ -186,7 +186,7 @@ class SeatPipeline:
         self._segment_turn = self._turns.begin_segment(
             segment.segment_id, event.audio_ms, settings.stage,
             engine_itn=settings.use_itn and self._scheduler.engine.info.kind == "sense_voice")
-        segment.options = settings.decode_options(self._segment_turn.language)  # "auto": detected once, kept per turn
+        segment.options = settings.decode_options(self._segment_turn.language, segment.buffer.view)  # "auto": once
         self._emit(SpeechStartFrame(seat=self.seat, segment_id=segment.segment_id, audio_ms=event.audio_ms))
 
     def _new_chunk_tracker(self) -> ChunkTracker:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+
+import numpy as np
 
 from kitt_stt.asr.engine import DecodeOptions
 from kitt_stt.asr.language import DEFAULT_SWITCH_MARGIN, TurnLanguage
@@ -40,10 +43,12 @@ class SessionSettings:
         heard; the session's own entry for a phrase wins)."""
         return wake_hotwords(self.stage.wake_settings, self.hotwords)
 
-    def decode_options(self, turn_language: TurnLanguage | None = None) -> DecodeOptions:
+    def decode_options(self, turn_language: TurnLanguage | None = None,
+                       segment_audio: Callable[[], np.ndarray] | None = None) -> DecodeOptions:
         """Options for a segment; with ``turn_language`` (its turn's) an "auto" segment detects
-        its language once and the turn keeps it (``asr/language.py``)."""
-        segment_language = (turn_language.segment(self.switch_margin)
+        its language once, on ``segment_audio`` (its audio so far), and the turn keeps it
+        (``asr/language.py``)."""
+        segment_language = (turn_language.segment(self.switch_margin, audio=segment_audio)
                             if turn_language is not None and self.language == "auto" else None)
         return DecodeOptions(language=self.language, use_itn=self.use_itn, hotwords=self.decode_hotwords(),
                              languages=self.languages, segment_language=segment_language)

@@ -10,14 +10,15 @@ Sources (Debian packages, installed with apt; a missing one is reported and skip
   another tone of the syllable);
 - ``espeak-ng``: synthetic English and Mandarin commands.
 
-Each recording has a split: ``tune`` (espeak-ng and the odd gcin phrases) or ``held_out``
-(everything human but those), so a setting chosen on one is reported on the other.
+Each recording has a split, ``tune`` or ``held_out``, so a setting chosen on one is reported on
+the other: every other recording of each source is held out (gcin-voice: every other phrase,
+both speakers), and the five fixtures are always held out.
 """
 
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -61,7 +62,7 @@ class Recording:
     name: str
     source: str
     lang: str
-    split: str  # "tune" or "held_out"
+    split: str  # "tune" or "held_out" (set by load_corpus)
     samples: np.ndarray  # int16, 16 kHz
 
 
@@ -71,11 +72,21 @@ def load_corpus(missing: list[str]) -> list[Recording]:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         recordings += _fixtures()
-        recordings += _pocketsphinx(work, missing)
-        recordings += _alsa(work, missing)
+        recordings += _alternate(_pocketsphinx(work, missing))
+        recordings += _alternate(_alsa(work, missing))
         recordings += _gcin(work, missing)
-        recordings += _espeak(work, missing)
+        recordings += _alternate(_espeak(work, missing))
     return recordings
+
+
+def _alternate(recordings: list[Recording]) -> list[Recording]:
+    """Every other recording (by language) for tuning, the rest held out."""
+    counts: dict[str, int] = {}
+    split = []
+    for rec in recordings:
+        index = counts[rec.lang] = counts.get(rec.lang, -1) + 1
+        split.append(replace(rec, split="tune" if index % 2 else "held_out"))
+    return split
 
 
 def _fixtures() -> list[Recording]:
@@ -91,7 +102,7 @@ def _pocketsphinx(work: Path, missing: list[str]) -> list[Recording]:
     for path in sorted([*POCKETSPHINX.rglob("*.wav"), *POCKETSPHINX.rglob("*.raw")]):
         # .raw: headerless 16 kHz int16 mono
         samples = np.fromfile(path, dtype="<i2") if path.suffix == ".raw" else to_16k(path, work / "ps.wav")
-        found.append(Recording(f"{path.parent.name}/{path.stem}", "pocketsphinx", "en", "held_out",
+        found.append(Recording(f"{path.parent.name}/{path.stem}", "pocketsphinx", "en", "",
                                trim_silence(samples)))
     return found
 
@@ -100,7 +111,7 @@ def _alsa(work: Path, missing: list[str]) -> list[Recording]:
     clips = sorted(path for path in ALSA.glob("*.wav") if path.stem != "Noise") if ALSA.is_dir() else []
     if not clips:
         missing.append("alsa-utils (apt-get install alsa-utils)")
-    return [Recording(clip.stem, "alsa-utils", "en", "held_out", trim_silence(to_16k(clip, work / "alsa.wav")))
+    return [Recording(clip.stem, "alsa-utils", "en", "", trim_silence(to_16k(clip, work / "alsa.wav")))
             for clip in clips]
 
 
@@ -131,9 +142,9 @@ def _gcin(work: Path, missing: list[str]) -> list[Recording]:
 
 def _espeak(work: Path, missing: list[str]) -> list[Recording]:
     try:
-        english = [Recording(text.replace(" ", "_"), "espeak-ng", "en", "tune", espeak(text, "en-us", work))
+        english = [Recording(text.replace(" ", "_"), "espeak-ng", "en", "", espeak(text, "en-us", work))
                    for text in ESPEAK_EN]
-        mandarin = [Recording(text, "espeak-ng", "zh", "tune", espeak(text, "cmn", work)) for text in ESPEAK_ZH]
+        mandarin = [Recording(text, "espeak-ng", "zh", "", espeak(text, "cmn", work)) for text in ESPEAK_ZH]
     except FileNotFoundError:
         missing.append("espeak-ng and sox (apt-get install espeak-ng sox)")
         return []

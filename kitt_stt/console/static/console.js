@@ -43,22 +43,29 @@ function languageLabel(language) {
 }
 
 /** Text in a script no installed font covers shows as boxes; say which font is missing instead.
- * A font is present when text set in it measures differently from the generic fallback. */
+ * A script is missing when its sample draws exactly like an unassigned code point (the "no glyph"
+ * box); where the browser draws such boxes with the code inside, two of them differ and nothing
+ * can be told, so nothing is said. */
 function reportMissingFonts() {
-  const families = { CJK: ["Noto Sans CJK SC", "WenQuanYi Micro Hei", "Source Han Sans SC", "PingFang SC",
-                           "Microsoft YaHei"], Latin: ["Noto Sans", "DejaVu Sans", "Liberation Sans", "Arial"] };
-  const samples = { CJK: "打开车门你好", Latin: "Open the door" };
-  const context = document.createElement("canvas").getContext("2d");
-  const width = (font, text) => { context.font = font; return context.measureText(text).width; };
-  const missing = [];
-  for (const [script, names] of Object.entries(families)) {
-    const present = names.some((name) => ["monospace", "serif"].some(
-      (generic) => width(`20px "${name}", ${generic}`, samples[script]) !== width(`20px ${generic}`, samples[script])));
-    if (!present) missing.push(`${script} (none of ${names.join(", ")})`);
-  }
+  const stack = getComputedStyle(document.body).fontFamily;
+  const wanted = { CJK: ["打", "Noto Sans CJK SC, WenQuanYi Micro Hei or Source Han Sans SC"],
+                   Latin: ["A", "Noto Sans, DejaVu Sans or Liberation Sans"] };
+  const canvas = document.createElement("canvas");
+  canvas.width = canvas.height = 32;
+  const context = canvas.getContext("2d", { willReadFrequently: true });
+  const drawn = (text) => {
+    context.clearRect(0, 0, 32, 32);
+    context.font = `24px ${stack}`;
+    context.fillText(text, 2, 26);
+    return context.getImageData(0, 0, 32, 32).data.join(",");
+  };
+  const box = drawn("\u0378");  // unassigned: no font has a glyph for it
+  if (box !== drawn("\u0379")) return;
+  const missing = Object.entries(wanted).filter(([, [sample]]) => drawn(sample) === box)
+    .map(([script, [, fonts]]) => `${script} (install ${fonts})`);
   $("fonts").hidden = missing.length === 0;
-  $("fonts").textContent = missing.length === 0 ? "" : `No font for ${missing.join("; ")} on this machine: that ` +
-    "text may show as boxes. Install one, e.g. Debian's fonts-noto-cjk or fonts-wqy-microhei.";
+  $("fonts").textContent = missing.length === 0 ? "" : `No font on this machine covers ${missing.join("; ")}: ` +
+    "that text shows as boxes. On Debian: apt-get install fonts-noto-cjk (or fonts-wqy-microhei).";
 }
 
 function setUp() {
