@@ -82,6 +82,19 @@ async def test_session_languages_restrict_detection(server) -> None:
     assert explicit["lang"] == "zh" and explicit["lang_probability"] is None  # named, not detected
 
 
+def test_sherpa_sense_voice_detects_within_the_set_then_passes_the_language(tmp_path: Path, model_cache: Path) -> None:
+    """sherpa-onnx hides the language query's scores: our onnxruntime engine detects, sherpa decodes."""
+    async def scenario(url: str) -> None:
+        pcm = tone_pcm("打开车门", tail_ms=300)
+        english = await _final(url, pcm, languages=["en"])
+        assert english["lang"] == "en" and english["lang_probability"] == 1.0, english
+        default = await _final(url, pcm)
+        assert default["lang"] == "zh" and english["text"] == default["text"], default
+
+    with run_server(tmp_path, model_cache, {"asr": {"engine": "sherpa"}}) as server:
+        asyncio.run(scenario(server.url))
+
+
 @pytest.mark.parametrize("languages", [[], ["xx"], ["auto"], ["en", "en"], "en", [1], ["fr"]])
 async def test_invalid_language_sets_are_bad_field(server, languages: object) -> None:
     async with connect(server.url) as session:

@@ -92,7 +92,8 @@ def plan_engine(config: AppConfig) -> EnginePlan:
             _require_cpu_greedy(config, "SenseVoice", instead="; use asr.engine: onnxruntime")
             info = EngineInfo(model.name, resolved.kind, "cpu", LANGUAGES, hotwords=False)
             construct = partial(SherpaSenseVoiceEngine, model, kind=resolved.kind, num_threads=asr.num_threads,
-                                max_recognizers=asr.max_recognizers)
+                                max_recognizers=asr.max_recognizers,
+                                detector=partial(OrtSenseVoiceEngine, model, kind=resolved.kind, config=asr))
     if asr.hotwords and not info.hotwords:
         raise ModelError(f"asr.hotwords needs hotword biasing, which {info.kind} on sherpa-onnx does not do; "
                          "use a SenseVoice model with asr.engine: onnxruntime, or clear asr.hotwords")
