@@ -49,7 +49,7 @@ def whisper_log_mel(samples: np.ndarray) -> np.ndarray:
 
 
 class WhisperLanguageDetector:
-    def __init__(self, model: WhisperModel, num_threads: int = 1, window_frames: int = 150, pad_frames: int = 100,
+    def __init__(self, model: WhisperModel, num_threads: int = 1, window_frames: int = 150, pad_frames: int = 300,
                  bias: Mapping[str, float] | None = None) -> None:
         metadata = read_model_header(model.encoder_path).metadata
         self._sot = int(metadata["sot"])

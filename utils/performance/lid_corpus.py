@@ -37,8 +37,12 @@ ESPEAK_EN = ["turn on the air conditioning", "open the window", "navigate home",
              "call my mother", "what is the weather like today", "close the sunroof",
              "set the temperature to twenty two", "find the nearest gas station", "turn up the volume",
              "next song please", "how far is the airport"]
-ESPEAK_ZH = ["打开空调", "打开车窗", "导航回家", "播放音乐", "给妈妈打电话", "今天天气怎么样", "关闭天窗",
-             "把温度调到二十二度", "附近的加油站", "把音量调大", "下一首歌", "机场还有多远"]
+# espeak-ng 1.51's "cmn" voice reads Chinese characters as pinyin spelled in English ("da three
+# kai one"); its "cmn-latn-pinyin" voice speaks pinyin with tone digits as Mandarin.
+ESPEAK_ZH = ["da3 kai1 kong1 tiao2", "da3 kai1 che1 chuang1", "dao3 hang2 hui2 jia1", "bo1 fang4 yin1 yue4",
+             "gei3 ma1 ma5 da3 dian4 hua4", "jin1 tian1 tian1 qi4 zen3 me5 yang4", "guan1 bi4 tian1 chuang1",
+             "ba3 wen1 du4 tiao2 dao4 er4 shi2 er4 du4", "fu4 jin4 de5 jia1 you2 zhan4", "ba3 yin1 liang4 tiao2 da4",
+             "xia4 yi4 shou3 ge1", "ji1 chang3 hai2 you3 duo1 yuan3"]
 GCIN_PHRASES = {  # pinyin: bopomofo syllables (tone digit; none = first tone)
     "da kai che men": "ㄉㄚ3 ㄎㄞ ㄔㄜ ㄇㄣ2",
     "guan bi kong tiao": "ㄍㄨㄢ ㄅㄧ4 ㄎㄨㄥ ㄊㄧㄠ2",
@@ -144,7 +148,8 @@ def _espeak(work: Path, missing: list[str]) -> list[Recording]:
     try:
         english = [Recording(text.replace(" ", "_"), "espeak-ng", "en", "", espeak(text, "en-us", work))
                    for text in ESPEAK_EN]
-        mandarin = [Recording(text, "espeak-ng", "zh", "", espeak(text, "cmn", work)) for text in ESPEAK_ZH]
+        mandarin = [Recording(text.replace(" ", "_"), "espeak-ng", "zh", "", espeak(text, "cmn-latn-pinyin", work))
+                    for text in ESPEAK_ZH]
     except FileNotFoundError:
         missing.append("espeak-ng and sox (apt-get install espeak-ng sox)")
         return []
