@@ -44,9 +44,16 @@ def test_a_turn_keeps_its_language_unless_later_evidence_is_clearly_stronger() -
     short = turn.segment(0.25, 100)
     assert short.resolve(piece(50), detector("zh", 0.9)).lang == "en"  # too short to decide: the turn's language
     assert calls == [200, 200, 200] and short.guess == LanguageGuess("en", 0.96)
+    fresh = TurnLanguage()
+    early = fresh.segment(0.25, 100)
+    assert early.resolve(piece(50), detector("en", 0.7)).lang == "en" and fresh.guess == LanguageGuess("en", 0.7)
+    assert fresh.segment(0.25, 100).resolve(piece(200), detector("zh", 0.75)).lang == "en"  # the short first counts
+    calls.clear()
     alone = SegmentLanguage(min_samples=100)
     assert alone.resolve(piece(50), detector("zh", 0.6)).lang == "zh" and alone.guess is not None
-    assert alone.resolve(piece(150), detector("en", 0.9)).lang == "en"  # the short piece decided nothing
+    assert alone.resolve(piece(60), detector("en", 0.9)).lang == "zh"  # the early guess holds until 100 samples
+    assert alone.resolve(piece(150), detector("en", 0.9)).lang == "en"  # then the segment decides once
+    assert calls == [50, 150]
 
 
 def test_a_segment_detects_on_its_audio_so_far_not_on_a_short_piece() -> None:

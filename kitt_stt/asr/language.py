@@ -11,7 +11,8 @@ Why once per segment: chunks and interims of one segment are decoded separately;
 each would let the pieces of one sentence flip between zh and en and, for Whisper, pay an
 encoder pass per piece. The first decode of a segment that has at least ``min_samples`` of audio
 so far decides, reading the segment's audio from its start (not just that decode's piece, which
-may be a 300 ms chunk); before that, pieces use the turn's language, or a guess not kept.
+may be a 300 ms chunk); before that, pieces use the turn's language, or one early guess that
+also sets the turn's (so at most two detections per segment; a short segment keeps its guess).
 
 Why per turn: a turn keeps the language its first segment decided unless a later segment's
 evidence is clearly stronger (its probability exceeds the turn's by ``switch_margin``).
@@ -89,7 +90,7 @@ class SegmentLanguage:
         # valid prefix whatever the event loop appends meanwhile); None: each decode's own piece
         self._audio = audio
         self._guess: LanguageGuess | None = None
-        self._latest: LanguageGuess | None = None  # the last one used, decided or not (what the final reports)
+        self._latest: LanguageGuess | None = None  # before the decision: what the pieces use
         self._lock = threading.Lock()  # held while detecting, so concurrent pieces detect once
 
     @property
@@ -107,8 +108,13 @@ class SegmentLanguage:
             turn_guess = self._turn.guess if self._turn is not None else None
             audio = self._audio() if self._audio is not None else piece
             if audio.shape[0] < self._min_samples:
-                # too short to decide on: the turn's language if it has one, else a guess for this decode only
-                self._latest = turn_guess if turn_guess is not None else detect(audio)
+                # too short to decide on: the turn's language if it has one, else one guess that
+                # the segment's pieces share until it has enough audio (a short segment keeps it)
+                if turn_guess is not None:
+                    self._latest = turn_guess
+                elif self._latest is None:  # the turn's first words: their language is the turn's until clearly not
+                    guess = detect(audio)
+                    self._latest = self._turn.settle(guess, self._switch_margin) if self._turn is not None else guess
                 return self._latest
             guess = detect(audio)
             self._guess = self._turn.settle(guess, self._switch_margin) if self._turn is not None else guess

@@ -10,7 +10,7 @@ per segment (not per chunk or interim).
 
 Its cost is mostly the encoder, which grows with the frames it reads: sherpa-onnx appends
 ``tail_paddings`` frames of silence for decoding (700 = 7 s here), but the language step reads
-at most ``window_frames`` of the speech and ``pad_frames`` of silence. ``bias`` adds a constant
+at most ``window_frames`` of the speech (quiet ends trimmed) and ``pad_frames`` of silence. ``bias`` adds a constant
 to a language's score (a log prior, none by default). ``utils/performance/lid_report.py`` tunes
 them on some recordings and reports on others (docs/models.md, "Language detection").
 """
@@ -29,6 +29,22 @@ from kitt_stt.asr.whisper_model import WhisperModel
 
 SAMPLE_RATE = 16000
 MAX_FRAMES = 3000 - 50  # as sherpa-onnx: at most 30 s less a margin of silence
+FRAME_SAMPLES = 160  # one 10 ms feature frame
+SPEECH_FLOOR = 0.1  # of the loudest frame's RMS: quieter frames at either end are not speech
+
+
+def speech_span(samples: np.ndarray) -> np.ndarray:
+    """``samples`` without the quiet frames at either end. A segment begins with the VAD's
+    pre-roll (300 ms before the onset, mostly silence); the window should hold speech."""
+    count = samples.shape[0] // FRAME_SAMPLES
+    if count == 0:
+        return samples
+    frames = samples[: count * FRAME_SAMPLES].reshape(count, FRAME_SAMPLES).astype(np.float32)
+    rms = np.sqrt(np.mean(frames * frames, axis=1))
+    loud = np.flatnonzero(rms > rms.max() * SPEECH_FLOOR)
+    if loud.size == 0:
+        return samples
+    return samples[loud[0] * FRAME_SAMPLES : (loud[-1] + 1) * FRAME_SAMPLES]
 
 
 def whisper_log_mel(samples: np.ndarray) -> np.ndarray:
@@ -49,7 +65,7 @@ def whisper_log_mel(samples: np.ndarray) -> np.ndarray:
 
 
 class WhisperLanguageDetector:
-    def __init__(self, model: WhisperModel, num_threads: int = 1, window_frames: int = 150, pad_frames: int = 300,
+    def __init__(self, model: WhisperModel, num_threads: int = 1, window_frames: int = 150, pad_frames: int = 700,
                  bias: Mapping[str, float] | None = None) -> None:
         metadata = read_model_header(model.encoder_path).metadata
         self._sot = int(metadata["sot"])
@@ -84,7 +100,7 @@ class WhisperLanguageDetector:
     def language_logits(self, samples: np.ndarray) -> np.ndarray:
         """The decoder's first-step logits over the whole vocabulary (the language scores are
         those at the language tokens)."""
-        mel = whisper_log_mel(samples[: self._window_frames * 160])
+        mel = whisper_log_mel(speech_span(samples)[: self._window_frames * FRAME_SAMPLES])
         frames = min(mel.shape[1] + self._pad_frames, MAX_FRAMES)
         padded = np.zeros((1, mel.shape[0], max(frames, 2)), dtype=np.float32)  # 0 is silence once normalised
         padded[0, :, : mel.shape[1]] = mel[:, :frames]
