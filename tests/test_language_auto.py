@@ -89,6 +89,16 @@ async def test_session_languages_restrict_detection(server) -> None:
     assert explicit["lang"] == "zh" and explicit["lang_probability"] is None  # named, not detected
 
 
+def test_auto_languages_outside_the_servers_languages_are_left_out(tmp_path: Path, model_cache: Path) -> None:
+    """A server allowing [auto, en, ja] keeps loading with the default auto_languages [zh, en]: auto means en."""
+    async def scenario(url: str) -> None:
+        final = await _final(url, tone_pcm("打开车门", tail_ms=300))
+        assert final["lang"] == "en", final
+
+    with run_server(tmp_path, model_cache, {"asr": {"languages": ["auto", "en", "ja"]}}) as server:
+        asyncio.run(scenario(server.url))
+
+
 def test_sherpa_sense_voice_detects_within_the_set_then_passes_the_language(tmp_path: Path, model_cache: Path) -> None:
     """sherpa-onnx hides the language query's scores: our onnxruntime engine detects, sherpa decodes."""
     async def scenario(url: str) -> None:

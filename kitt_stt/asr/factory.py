@@ -117,8 +117,6 @@ def _allowed_languages(info: EngineInfo, asr: AsrConfig) -> tuple[str, ...]:
                          f"it knows: {', '.join(known)}")
     if asr.language not in allowed:
         raise ModelError(f"asr.language={asr.language!r} is not one of this model's languages: {', '.join(known)}")
-    if not any(code in allowed for code in asr.auto_languages):
-        raise ModelError(f"asr.auto_languages: none of {', '.join(asr.auto_languages)} is a language of {info.name}")
     return allowed
 
 

@@ -188,7 +188,8 @@ class AsrConfig(_Section):
     # the model does not know are left out at start-up.
     languages: list[str] = Field(default=["auto", "zh", "en", "yue", "ja", "ko"], min_length=1)
     # The languages "auto" may detect (an in-car product speaks a known set): detection picks the
-    # best of these, never another; sessions may narrow it (`languages` in start/configure).
+    # best of these, never another; sessions may narrow it (`languages` in start/configure). Entries
+    # outside asr.languages (or the model) are left out; with none left, auto chooses among asr.languages.
     auto_languages: list[str] = Field(default=["zh", "en"], min_length=1, max_length=16)
     # a turn keeps its first segment's language unless a later one's probability is this much higher
     language_switch_margin: float = Field(default=0.25, ge=0.0, le=1.0)
@@ -202,13 +203,12 @@ class AsrConfig(_Section):
     interim_queue_budget_ms: int = Field(default=300, ge=0)
     naive: bool = False
 
-    @model_validator(mode="after")
-    def _auto_languages_allowed(self) -> AsrConfig:
-        outside = [code for code in self.auto_languages if code == "auto" or code not in self.languages]
-        if outside:
-            raise ValueError(f"asr.auto_languages: {', '.join(outside)} not in asr.languages "
-                             f"({', '.join(self.languages)}); list languages, not 'auto'")
-        return self
+    @field_validator("auto_languages")
+    @classmethod
+    def _languages_not_auto(cls, value: list[str]) -> list[str]:
+        if "auto" in value:
+            raise ValueError("list the languages auto may choose from, not 'auto' itself")
+        return value
 
     @field_validator("chunk_pause_ms")
     @classmethod

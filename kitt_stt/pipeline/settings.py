@@ -54,6 +54,13 @@ class SessionSettings:
                              languages=self.languages, segment_language=segment_language)
 
 
+def auto_languages(configured: list[str], allowed: tuple[str, ...]) -> tuple[str, ...]:
+    """What "auto" chooses from by default: ``asr.auto_languages`` within the server's languages
+    (``allowed``), or, when none of them is, every allowed language."""
+    choices = tuple(code for code in allowed if code != "auto")
+    return tuple(code for code in dict.fromkeys(configured) if code in choices) or choices
+
+
 def checked_languages(requested: list[str], allowed: tuple[str, ...]) -> tuple[str, ...]:
     """A session's ``languages`` for "auto": a non-empty subset of the server's languages
     (``allowed`` less "auto"), without repeats; anything else is ``bad_field``."""

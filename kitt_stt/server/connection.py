@@ -32,7 +32,7 @@ from kitt_stt.pipeline.admission import Admission
 from kitt_stt.pipeline.eot import EotPolicy, HoldRule, SilenceTimeoutPolicy, TurnSensePolicy
 from kitt_stt.pipeline.rate_limit import AudioRateLimiter, MessagePacer
 from kitt_stt.pipeline.seat import SeatObservers, SeatPipeline
-from kitt_stt.pipeline.settings import SessionSettings, checked_languages
+from kitt_stt.pipeline.settings import SessionSettings, auto_languages, checked_languages
 from kitt_stt.protocol.codec import decode_client_frame, encode_server_frame
 from kitt_stt.protocol.errors import ErrorCode, ProtocolError
 from kitt_stt.protocol.frames import (
@@ -80,7 +80,7 @@ class Connection:
             language=asr.language, use_itn=asr.use_itn, interim=self._config.interim.enabled,
             hotwords=parse_hotwords(asr.hotwords), eager=self._config.turn.eager_events,
             stage=TextStage(self._config.text, self._config.wake), switch_margin=asr.language_switch_margin,
-            languages=tuple(code for code in asr.auto_languages if code in state.engine.info.languages),
+            languages=auto_languages(asr.auto_languages, state.engine.info.languages),
         )
         self._seats: dict[str, SeatPipeline] = {}
         self._limiters: dict[str, AudioRateLimiter] = {}

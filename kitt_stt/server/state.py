@@ -15,6 +15,7 @@ from kitt_stt.hotwords import parse_hotwords
 from kitt_stt.observability.logbuffer import RecentLogBuffer
 from kitt_stt.observability.metrics import Metrics
 from kitt_stt.observability.trace import Tracer
+from kitt_stt.pipeline.settings import auto_languages
 from kitt_stt.scheduler import InferenceScheduler
 from kitt_stt.text import load as load_text_stage
 from kitt_stt.text import wake_hotwords
@@ -62,7 +63,7 @@ class ServiceState:
         if hotwords and self.engine.info.hotwords:
             self.engine.prepare_hotwords(hotwords)  # the sessions' default list, ready before the first
         self.engine.warm_up(DecodeOptions(language=asr.language, use_itn=asr.use_itn, hotwords=hotwords,
-                                          languages=tuple(asr.auto_languages)))
+                                          languages=auto_languages(asr.auto_languages, self.engine.info.languages)))
         if self.turn_model is not None:
             self.turn_model.warm_up()
         load_text_stage()  # pinyin, OpenCC and ITN grammars: ~0.45 s the first final would otherwise pay
