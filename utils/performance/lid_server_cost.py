@@ -1,6 +1,6 @@
 """What the restricted language step costs inside a real server, per segment, with the shipped settings.
 
-    python utils/performance/lid_server_cost.py [--model whisper-base] [--clips N]
+    python utils/performance/lid_server_cost.py [--model whisper-base] [--clips N] [--pad-frames P --zh-bias B]
 
 Streams recordings (``utils/performance/lid_corpus.py``: the fixtures first) in real time into a
 real server (config.yaml's asr, vad and interim sections; tracing on) with ``language: auto``,
@@ -60,8 +60,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="whisper-base")
     parser.add_argument("--clips", type=int, default=15, help="recordings to stream (fixtures first)")
+    parser.add_argument("--pad-frames", type=int, help="instead of asr.whisper.language_pad_frames")
+    parser.add_argument("--zh-bias", type=float, help="instead of asr.whisper.language_bias's zh")
     args = parser.parse_args()
     shipped = yaml.safe_load((REPO / "config.yaml").read_text(encoding="utf-8"))
+    whisper = shipped["asr"]["whisper"]
+    if args.pad_frames is not None:
+        whisper["language_pad_frames"] = args.pad_frames
+    if args.zh_bias is not None:
+        whisper["language_bias"] = {"zh": args.zh_bias}
     model = resolve_model(args.model)
     recordings = load_corpus([])[: args.clips]
     with tempfile.TemporaryDirectory() as tmp:
