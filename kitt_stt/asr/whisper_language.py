@@ -9,10 +9,11 @@ scores; those outside the allowed set are masked (``asr/language.py``). The pipe
 per segment (not per chunk or interim).
 
 Its cost is mostly the encoder, which grows with the frames it reads: sherpa-onnx appends
-``tail_paddings`` frames of silence for decoding (700 = 7 s here), but the language step reads
-at most ``window_frames`` of the speech (quiet ends trimmed) and ``pad_frames`` of silence. ``bias`` adds a constant
-to a language's score (a log prior, none by default). ``utils/performance/lid_report.py`` tunes
-them on some recordings and reports on others (docs/models.md, "Language detection").
+``tail_paddings`` frames of silence for decoding (700 = 7 s here); the language step reads at
+most ``window_frames`` of the speech (quiet ends trimmed) and ``pad_frames`` of silence.
+``bias`` adds a constant to a language's score (a log prior: on short commands whisper-base
+scores Mandarin too low). ``utils/performance/lid_report.py`` tunes the three on some recordings
+and reports on others (docs/models.md, "Language detection").
 """
 
 from __future__ import annotations
