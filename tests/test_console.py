@@ -70,7 +70,7 @@ def test_the_page_and_everything_it_loads_come_from_the_service(server: RunningS
         settings = client.get("/console/settings.json").json()
         assert settings == {"path": "/stt/sensevoice", "auth_required": False,
                             "languages": ["auto", "zh", "en", "yue", "ja", "ko"], "language": "auto",
-                            "interim": True, "wake": {"phrases": [], "mode": "off"}}
+                            "auto_languages": ["zh", "en"], "interim": True, "wake": {"phrases": [], "mode": "off"}}
         loaded = set()
         for path in sorted(STATIC_DIR.iterdir()):
             assert path.suffix in {".html", ".js", ".css"}, f"{path.name}: unexpected file in static/"

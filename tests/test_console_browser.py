@@ -475,3 +475,21 @@ def test_the_resampler_keeps_speech_and_removes_what_16khz_cannot_carry(page: Pa
         assert measured[key]["error"] < 0.01, measured
     assert measured["stop48"]["peak"] < 1e-3 and measured["stop44"]["peak"] < 1e-3, measured
     assert measured["same"]["error"] < 1e-6, measured
+
+
+def test_the_language_menu_says_what_auto_may_detect(page: Page) -> None:
+    assert page.inner_text("#language option[value='auto']") == "auto (zh, en)"
+    assert page.is_hidden("#fonts")  # this machine has a CJK and a Latin font (fonts-wqy-microhei)
+
+
+def test_a_script_without_a_font_is_named_instead_of_boxes(browser: Browser, console_server: RunningServer) -> None:
+    """A machine without the fonts: the page names the script and the fonts to install."""
+    context = browser.new_context()
+    # every text draws as the same "no glyph" box, as on a machine without fonts for it
+    context.add_init_script("CanvasRenderingContext2D.prototype.fillText = function () {};")
+    page = context.new_page()
+    page.goto(f"{console_server.http}/console/")
+    page.wait_for_selector("#fonts", state="visible")
+    text = page.inner_text("#fonts")
+    assert "covers CJK (install Noto Sans CJK SC, WenQuanYi Micro Hei" in text and "fonts-noto-cjk" in text, text
+    context.close()

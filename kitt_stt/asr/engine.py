@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from kitt_stt.asr.features import FeatureStream
+from kitt_stt.asr.language import LanguageGuess, SegmentLanguage
 from kitt_stt.hotwords import Hotword
 
 
@@ -26,6 +27,22 @@ class DecodeOptions:
     language: str = "auto"
     use_itn: bool = True
     hotwords: tuple[Hotword, ...] = ()
+    # with language "auto": the languages detection may choose (empty: all the model knows), and the
+    # segment's decision shared by its decodes (None: each decode detects on its own audio)
+    languages: tuple[str, ...] = ()
+    segment_language: SegmentLanguage | None = field(default=None, compare=False)
+
+    def detected_language(self, piece: np.ndarray, detect: Callable[[np.ndarray], LanguageGuess]) -> LanguageGuess:
+        """The language to decode ``piece`` in: ``detect`` (on the audio it is given) once per
+        segment when the request has a segment, else on the piece itself."""
+        if self.segment_language is None:
+            return detect(piece)
+        return self.segment_language.resolve(piece, detect)
+
+    def language_probability(self) -> float | None:
+        """The detected language's probability, once the segment's language was detected."""
+        guess = self.segment_language.guess if self.segment_language is not None else None
+        return guess.probability if guess is not None else None
 
 
 @dataclass(frozen=True)
@@ -41,6 +58,7 @@ class AsrResult:
     tokens: list[str] = field(default_factory=list)
     timestamps: list[float] = field(default_factory=list)
     lang: str | None = None
+    lang_probability: float | None = None  # of ``lang`` among the allowed languages, when it was detected
     emotion: str | None = None
     event: str | None = None
 

@@ -15,6 +15,7 @@ from kitt_stt.asr.providers import check_available, check_profile_covers_segment
 from kitt_stt.asr.sense_voice_model import LANGUAGES, ModelError, load_sense_voice_model
 from kitt_stt.asr.sherpa_sense_voice import SherpaSenseVoiceEngine
 from kitt_stt.asr.sherpa_whisper import SherpaWhisperEngine
+from kitt_stt.asr.whisper_language import WhisperLanguageDetector
 from kitt_stt.asr.whisper_model import LONGEST_AUDIO_MS, WhisperModel, load_whisper_model
 from kitt_stt.config.schema import AppConfig, AsrConfig, Engine, Provider
 from kitt_stt.models.registry import resolve_model
@@ -68,9 +69,13 @@ def plan_engine(config: AppConfig) -> EnginePlan:
     if resolved.kind == "whisper":
         whisper = _plan_whisper(config, resolved.directory)
         info = EngineInfo(whisper.name, resolved.kind, "cpu", whisper.languages, hotwords=False)
+        options = asr.whisper
+        detector = partial(WhisperLanguageDetector, whisper, num_threads=asr.num_threads,
+                           window_frames=options.language_window_ms // 10, pad_frames=options.language_pad_frames,
+                           bias=options.language_bias)
         construct = partial(SherpaWhisperEngine, whisper, kind=resolved.kind, num_threads=asr.num_threads,
-                            tail_paddings=asr.whisper.tail_paddings, task=asr.whisper.task,
-                            max_recognizers=asr.max_recognizers)
+                            tail_paddings=options.tail_paddings, task=options.task,
+                            max_recognizers=asr.max_recognizers, detector=detector)
     else:
         model = load_sense_voice_model(resolved.directory, prefer_int8=asr.provider is Provider.CPU)
         if asr.engine is Engine.ONNXRUNTIME:
@@ -87,7 +92,8 @@ def plan_engine(config: AppConfig) -> EnginePlan:
             _require_cpu_greedy(config, "SenseVoice", instead="; use asr.engine: onnxruntime")
             info = EngineInfo(model.name, resolved.kind, "cpu", LANGUAGES, hotwords=False)
             construct = partial(SherpaSenseVoiceEngine, model, kind=resolved.kind, num_threads=asr.num_threads,
-                                max_recognizers=asr.max_recognizers)
+                                max_recognizers=asr.max_recognizers,
+                                detector=partial(OrtSenseVoiceEngine, model, kind=resolved.kind, config=asr))
     if asr.hotwords and not info.hotwords:
         raise ModelError(f"asr.hotwords needs hotword biasing, which {info.kind} on sherpa-onnx does not do; "
                          "use a SenseVoice model with asr.engine: onnxruntime, or clear asr.hotwords")

@@ -7,6 +7,10 @@ LFR 7/6 with centred window and repeated edges, CMVN from the model's metadata, 
 ``x_length + 4`` frames, first four tokens = language, emotion, event, ITN tag, timestamps
 ``0.06 * (frame - 4)``), takes language and ITN per request, batches streams of different
 lengths with padding, and reuses fbank frames of a growing segment across decodes.
+
+With "auto" and allowed languages, frame 0 (the language query's output) is restricted to the
+allowed languages' tags (``asr/language.py``); once the segment's language is decided, its later
+decodes pass that language explicitly.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import onnxruntime as ort
 from kitt_stt.asr.ctc import HotwordTrie, PieceIndex, beam_search, greedy, tokenize_hotwords
 from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult, EngineInfo, StageTimer
 from kitt_stt.asr.features import FeatureStream, apply_lfr, log_mel
+from kitt_stt.asr.language import LanguageGuess, restricted_guess
 from kitt_stt.asr.providers import check_active, check_available, provider_chain
 from kitt_stt.asr.recognizer_cache import LruCache
 from kitt_stt.asr.sense_voice_model import LANGUAGES, SenseVoiceModel, read_tokens
@@ -55,6 +60,8 @@ class OrtSenseVoiceEngine(AsrEngine):
         self._neg_mean = np.array([float(v) for v in meta["neg_mean"].split(",")], dtype=np.float32)
         self._inv_stddev = np.array([float(v) for v in meta["inv_stddev"].split(",")], dtype=np.float32)
         self._language_ids = {name: int(meta[f"lang_{name}"]) for name in LANGUAGES}
+        self._language_tags = {name: self._vocabulary[f"<|{name}|>"] for name in LANGUAGES
+                               if f"<|{name}|>" in self._vocabulary}  # what frame 0 can read
         self._with_itn, self._without_itn = int(meta["with_itn"]), int(meta["without_itn"])
         self._method = config.decoding.method
         self._beam = config.decoding.max_active_paths
@@ -105,7 +112,9 @@ class OrtSenseVoiceEngine(AsrEngine):
                 "vad.max_segment_ms"
             )
         options = request.options
-        language = self._language_ids.get(options.language, self._language_ids["auto"])
+        decided = options.segment_language.guess if options.segment_language is not None else None
+        language = self._language_ids.get(decided.lang if options.language == "auto" and decided is not None
+                                          else options.language, self._language_ids["auto"])
         text_norm = self._with_itn if options.use_itn else self._without_itn
         return _Prepared(features.astype(np.float32), language, text_norm)
 
@@ -125,7 +134,24 @@ class OrtSenseVoiceEngine(AsrEngine):
         (logits,) = self._session.run(None, feeds)[:1]
         return logits, [int(length) + PREFIX_FRAMES for length in lengths]
 
+    def _restrict_language(self, logits: np.ndarray, request: AsrRequest) -> LanguageGuess | None:
+        """For "auto" with allowed languages: the segment's language (detected from frame 0 when
+        not yet decided), and frame 0 masked so only that language's tag can be read."""
+        options = request.options
+        if options.language != "auto" or not options.languages:
+            return None
+        frame = logits[0]
+        # the language query reads this decode's audio, whatever the segment has so far
+        guess = options.detected_language(
+            request.samples, lambda _audio: restricted_guess(frame, self._language_tags, options.languages))
+        masked = np.full_like(frame, -np.inf)
+        tag = self._language_tags[guess.lang]
+        masked[tag] = frame[tag]
+        logits[0] = masked
+        return guess
+
     def _result(self, logits: np.ndarray, length: int, request: AsrRequest) -> AsrResult:
+        guess = self._restrict_language(logits, request)
         hotwords = request.options.hotwords
         if self._method == "beam" or hotwords:
             decoded = beam_search(logits, length, self._beam, self._tries.get(hotwords) if hotwords else None)
@@ -140,6 +166,7 @@ class OrtSenseVoiceEngine(AsrEngine):
             timestamps=[round(SECONDS_PER_FRAME * (frame - PREFIX_FRAMES), 3)
                         for frame in decoded.frames[PREFIX_FRAMES:]],
             lang=tag_value(symbols[0]) if len(symbols) >= 3 else None,
+            lang_probability=guess.probability if guess is not None else None,
             emotion=tag_value(symbols[1]) if len(symbols) >= 3 else None,
             event=tag_value(symbols[2]) if len(symbols) >= 3 else None,
         )

@@ -7,16 +7,21 @@ prefer one language per deployment). At most ``max_recognizers`` are kept (an LR
 ``asr/recognizer_cache.py``), built outside any lock other decodes need.  Only configurations
 sherpa-onnx survives are ever passed to it: greedy search, ``provider="cpu"``, and a model
 checked by ``sense_voice_model``.
+
+sherpa-onnx hides the language query's scores, so "auto" with allowed languages detects first
+with ``detector`` (our onnxruntime engine on the same model: frame 0 masked to the set, a second
+pass, once per segment) and then decodes with the chosen language passed explicitly.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import sherpa_onnx
 
-from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult, EngineInfo, StageTimer
+from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult, DecodeOptions, EngineInfo, StageTimer
+from kitt_stt.asr.language import LanguageGuess
 from kitt_stt.asr.recognizer_cache import LruCache
 from kitt_stt.asr.sense_voice_model import LANGUAGES, SenseVoiceModel
 from kitt_stt.asr.text import strip_tags, tag_value
@@ -25,8 +30,10 @@ SAMPLE_RATE = 16000
 
 
 class SherpaSenseVoiceEngine(AsrEngine):
-    def __init__(self, model: SenseVoiceModel, kind: str, num_threads: int = 1, max_recognizers: int = 2) -> None:
+    def __init__(self, model: SenseVoiceModel, kind: str, num_threads: int = 1, max_recognizers: int = 2,
+                 detector: Callable[[], AsrEngine] | None = None) -> None:
         self._model = model
+        self._detector = detector() if detector is not None else None
         self._num_threads = num_threads
         self._recognizers: LruCache[tuple[str, bool], sherpa_onnx.OfflineRecognizer] = LruCache(
             max_recognizers, self._build)
@@ -54,8 +61,11 @@ class SherpaSenseVoiceEngine(AsrEngine):
         timer = timer or StageTimer()
         results: list[AsrResult | None] = [None] * len(requests)
         groups: dict[tuple[str, bool], list[int]] = {}
-        for index, request in enumerate(requests):
-            groups.setdefault((request.options.language, request.options.use_itn), []).append(index)
+        with timer.stage("language"):
+            guesses = [self._language(request) for request in requests]
+        for index, (request, guess) in enumerate(zip(requests, guesses, strict=True)):
+            language = request.options.language if guess is None else guess.lang
+            groups.setdefault((language, request.options.use_itn), []).append(index)
         for (language, use_itn), indices in groups.items():
             recognizer = self._recognizer(language, use_itn)
             streams = []
@@ -70,12 +80,30 @@ class SherpaSenseVoiceEngine(AsrEngine):
             with timer.stage("postprocess"):
                 for index, stream in zip(indices, streams, strict=True):
                     result = stream.result
+                    guess = guesses[index]
                     results[index] = AsrResult(
                         text=strip_tags(result.text),
                         tokens=list(result.tokens),
                         timestamps=[round(float(t), 3) for t in result.timestamps],
-                        lang=tag_value(result.lang),
+                        lang=tag_value(result.lang) if guess is None else guess.lang,
+                        lang_probability=None if guess is None else guess.probability,
                         emotion=tag_value(result.emotion),
                         event=tag_value(result.event),
                     )
         return [result for result in results if result is not None]
+
+    def _language(self, request: AsrRequest) -> LanguageGuess | None:
+        """The restricted detection's choice for an "auto" request with allowed languages."""
+        options = request.options
+        if options.language != "auto" or not options.languages or self._detector is None:
+            return None
+        detector = self._detector
+        query = DecodeOptions(language="auto", use_itn=options.use_itn, languages=options.languages)
+
+        def detect(audio: np.ndarray) -> LanguageGuess:
+            found = detector.decode_batch([AsrRequest(audio, query)])[0]
+            if found.lang is None or found.lang_probability is None:
+                raise RuntimeError("the language query gave no language")
+            return LanguageGuess(found.lang, found.lang_probability)
+
+        return options.detected_language(request.samples, detect)

@@ -9,20 +9,28 @@ LRU, ``asr/recognizer_cache.py``), built outside any lock other decodes need. ``
 is the silence (in 10 ms feature frames) appended so Whisper sees the end of speech: too little
 (300) and it repeats phrases when speech ends abruptly, as chunks do; 700 was as accurate as
 sherpa's default 1000 for 21 % less work (docs/models.md).
+
+With "auto" and a set of allowed languages (``asr.auto_languages`` or the session's
+``languages``), the language is detected first by our own restricted language step
+(``asr/whisper_language.py``, once per segment) and the segment decodes with that language's
+recognizer, so detection never picks a language outside the set.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import sherpa_onnx
 
 from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult, EngineInfo, StageTimer
+from kitt_stt.asr.language import LanguageGuess
 from kitt_stt.asr.recognizer_cache import LruCache
 from kitt_stt.asr.text import strip_annotations
+from kitt_stt.asr.whisper_language import WhisperLanguageDetector
 from kitt_stt.asr.whisper_model import WhisperModel
 
 SAMPLE_RATE = 16000
@@ -31,8 +39,10 @@ log = logging.getLogger(__name__)
 
 class SherpaWhisperEngine(AsrEngine):
     def __init__(self, model: WhisperModel, kind: str, num_threads: int = 1, tail_paddings: int = 700,
-                 task: str = "transcribe", max_recognizers: int = 2) -> None:
+                 task: str = "transcribe", max_recognizers: int = 2,
+                 detector: Callable[[], WhisperLanguageDetector] | None = None) -> None:
         self._model = model
+        self._detector = detector() if detector is not None and len(model.languages) > 2 else None
         self._num_threads = num_threads
         self._tail_paddings = tail_paddings
         self._task = task
@@ -62,15 +72,28 @@ class SherpaWhisperEngine(AsrEngine):
         timer = timer or StageTimer()
         results: list[AsrResult] = []
         for request in requests:  # sherpa-onnx decodes Whisper streams one at a time anyway
-            recognizer = self._recognizer(request.options.language)
+            with timer.stage("language"):
+                guess = self._language(request)
+            recognizer = self._recognizer(request.options.language if guess is None else guess.lang)
             with timer.stage("features"):
                 stream = recognizer.create_stream()
                 stream.accept_waveform(SAMPLE_RATE, request.samples.astype(np.float32) / 32768.0)
             with timer.stage("decode"):
                 recognizer.decode_stream(stream)
             with timer.stage("postprocess"):
-                results.append(_read_result(stream.result))
+                result = _read_result(stream.result)
+                results.append(result if guess is None else
+                               dataclasses.replace(result, lang=guess.lang, lang_probability=guess.probability))
         return results
+
+    def _language(self, request: AsrRequest) -> LanguageGuess | None:
+        """The restricted detection's choice for an "auto" request with allowed languages; None
+        when the request names its language or sets no restriction (Whisper then detects alone)."""
+        options = request.options
+        if options.language != "auto" or not options.languages or self._detector is None:
+            return None
+        detector = self._detector
+        return options.detected_language(request.samples, lambda audio: detector.detect(audio, options.languages))
 
 
 def _read_result(result: Any) -> AsrResult:

@@ -184,6 +184,11 @@ class WhisperOptions(_Section):
 
     tail_paddings: int = Field(default=700, ge=50, le=2000)  # 10 ms frames of silence after the audio
     task: str = Field(default="transcribe", pattern="^(transcribe|translate)$")
+    # the restricted language step (asr/whisper_language.py): how much speech it reads, the silence
+    # after it, and log-prior offsets per language; chosen by utils/performance/lid_report.py
+    language_window_ms: int = Field(default=1500, ge=500, le=29_500)
+    language_pad_frames: int = Field(default=700, ge=0, le=2000)
+    language_bias: dict[str, float] = {"zh": 3.0}
 
 
 class AsrConfig(_Section):
@@ -201,6 +206,12 @@ class AsrConfig(_Section):
     # Languages sessions may pick (each Whisper language is a separate ~300 MB recognizer); entries
     # the model does not know are left out at start-up.
     languages: list[str] = Field(default=["auto", "zh", "en", "yue", "ja", "ko"], min_length=1)
+    # The languages "auto" may detect (an in-car product speaks a known set): detection picks the
+    # best of these, never another; sessions may narrow it (`languages` in start/configure). Entries
+    # outside asr.languages (or the model) are left out; with none left, auto chooses among asr.languages.
+    auto_languages: list[str] = Field(default=["zh", "en"], min_length=1, max_length=16)
+    # a turn keeps its first segment's language unless a later one's probability is this much higher
+    language_switch_margin: float = Field(default=0.25, ge=0.0, le=1.0)
     max_recognizers: int = Field(default=2, ge=1, le=100)
     hotword_cache_size: int = Field(default=64, ge=1, le=10_000)
     max_queue: int = Field(default=256, ge=1)
@@ -210,6 +221,13 @@ class AsrConfig(_Section):
     max_chunk_ms: int = Field(default=5000, ge=1000)
     interim_queue_budget_ms: int = Field(default=300, ge=0)
     naive: bool = False
+
+    @field_validator("auto_languages")
+    @classmethod
+    def _languages_not_auto(cls, value: list[str]) -> list[str]:
+        if "auto" in value:
+            raise ValueError("list the languages auto may choose from, not 'auto' itself")
+        return value
 
     @field_validator("chunk_pause_ms")
     @classmethod

@@ -67,6 +67,7 @@ def mount_console(app: FastAPI, config: AppConfig, msgpack_dir: Path = MSGPACK_D
         "auth_required": bool(config.server.auth_token),
         "languages": list(config.asr.languages),
         "language": config.asr.language,
+        "auto_languages": list(config.asr.auto_languages),  # what "auto" may detect, for the menu's label
         "interim": config.interim.enabled,
         "wake": {"phrases": list(config.wake.phrases), "mode": str(config.wake.mode)},
     }

@@ -187,6 +187,7 @@ class SeatPipeline:
         self._segment_turn = self._turns.begin_segment(
             segment.segment_id, event.audio_ms, settings.stage,
             engine_itn=settings.use_itn and self._scheduler.engine.info.kind == "sense_voice")
+        segment.options = settings.decode_options(self._segment_turn.language, segment.buffer.view)  # "auto": once
         self._emit(SpeechStartFrame(seat=self.seat, segment_id=segment.segment_id, audio_ms=event.audio_ms))
 
     def _new_chunk_tracker(self) -> ChunkTracker:
@@ -363,6 +364,7 @@ class SeatPipeline:
         self._emit(FinalFrame(
             seat=self.seat, segment_id=segment.segment_id, text=staged.text, start_ms=segment.start_ms,
             end_ms=segment.end_ms, lang=lang, emotion=emotion, event=event, server_latency_ms=round(latency_ms, 2),
+            lang_probability=segment.options.language_probability(),
             timing=timing, end_reason=segment.end_reason,
             wake=None if staged.wake is None else {"phrase": staged.wake.phrase, "text": staged.wake.heard},
         ))

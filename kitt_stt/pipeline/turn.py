@@ -24,6 +24,7 @@ from bisect import bisect_right
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
+from kitt_stt.asr.language import TurnLanguage
 from kitt_stt.pipeline.eot import CommitReason, Decision, EotPolicy, TurnContext
 from kitt_stt.protocol.frames import (
     CommitFrame,
@@ -62,6 +63,7 @@ class Turn:
     stage: TextStage = field(default_factory=TextStage)  # the text stage in force when the turn began
     engine_itn: bool = False  # the engine already wrote numbers as digits (SenseVoice use_itn)
     langs: set[str | None] = field(default_factory=set)  # the languages its finals reported
+    language: TurnLanguage = field(default_factory=TurnLanguage)  # "auto": what its first segment detected
     staged_finals: dict[int, StagedText] = field(default_factory=dict)  # each final as it was sent
     _staged: tuple[tuple[int, ...], StagedText] | None = field(default=None, repr=False)
     wake_sent: bool = False

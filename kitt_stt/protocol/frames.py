@@ -82,9 +82,13 @@ class TextFields(ClientFrame):
     itn: StrictBool | None = None
 
 
+Languages = Annotated[list[Language], Field(max_length=16)]  # what "auto" may detect; values checked by the session
+
+
 class StartFrame(ClientFrame):
     type: Literal["start"]
     language: Language | None = None
+    languages: Languages | None = None
     hotwords: list[StrictStr] | None = None
     interim: StrictBool | None = None
     seats: Annotated[list[Seat], Field(max_length=64)] | None = None
@@ -117,6 +121,7 @@ class ConfigureFrame(ClientFrame):
     type: Literal["configure"]
     hotwords: list[StrictStr] | None = None
     language: Language | None = None
+    languages: Languages | None = None
     interim: StrictBool | None = None
     eager: StrictBool | None = None
     wake: WakeFields | None = None
@@ -222,6 +227,7 @@ class FinalFrame(ServerFrame):
     start_ms: int
     end_ms: int
     lang: str | None
+    lang_probability: float | None = None  # of `lang` among the languages "auto" may detect; None: not detected
     emotion: str | None = None
     event: str | None = None
     server_latency_ms: float

@@ -34,7 +34,7 @@ from kitt_stt.pipeline.admission import Admission
 from kitt_stt.pipeline.eot import EotPolicy, HoldRule, SilenceTimeoutPolicy, TurnSensePolicy
 from kitt_stt.pipeline.rate_limit import AudioRateLimiter, MessagePacer, TokenBucket
 from kitt_stt.pipeline.seat import SeatObservers, SeatPipeline
-from kitt_stt.pipeline.settings import SessionSettings
+from kitt_stt.pipeline.settings import SessionSettings, auto_languages, checked_languages
 from kitt_stt.protocol.codec import decode_client_frame, encode_server_frame
 from kitt_stt.protocol.errors import ErrorCode, ProtocolError
 from kitt_stt.protocol.frames import (
@@ -79,7 +79,8 @@ class Connection:
         self._settings = SessionSettings(
             language=asr.language, use_itn=asr.use_itn, interim=self._config.interim.enabled,
             hotwords=parse_hotwords(asr.hotwords), eager=self._config.turn.eager_events,
-            stage=TextStage(self._config.text, self._config.wake),
+            stage=TextStage(self._config.text, self._config.wake), switch_margin=asr.language_switch_margin,
+            languages=auto_languages(asr.auto_languages, state.engine.info.languages),
         )
         self._seats: dict[str, SeatPipeline] = {}
         self._limiters: dict[str, AudioRateLimiter] = {}
@@ -332,6 +333,8 @@ class Connection:
         settings = self._updated_settings(frame.language, frame.interim, changed, frame.eager)
         if frame.wake is not None or frame.text is not None:
             settings = settings.updated(stage=updated_stage(self._settings.stage, frame.wake, frame.text))
+        if frame.languages is not None:
+            settings = settings.updated(languages=checked_languages(frame.languages, self._state.engine.info.languages))
         if (changed is not None or frame.wake is not None) and self._state.engine.info.hotwords:
             hotwords = settings.decode_hotwords()  # wake phrases are hotwords too
             if hotwords and hotwords != self._settings.decode_hotwords():

@@ -15,6 +15,7 @@ from kitt_stt.hotwords import parse_hotwords
 from kitt_stt.observability.logbuffer import RecentLogBuffer
 from kitt_stt.observability.metrics import Metrics
 from kitt_stt.observability.trace import Tracer
+from kitt_stt.pipeline.settings import auto_languages
 from kitt_stt.scheduler import InferenceScheduler
 from kitt_stt.text import load as load_text_stage
 from kitt_stt.text import wake_hotwords
@@ -72,7 +73,8 @@ class ServiceState:
         hotwords = wake_hotwords(self.config.wake, parse_hotwords(asr.hotwords))
         if hotwords and self.engine.info.hotwords:
             self.engine.prepare_hotwords(hotwords)  # the sessions' default list, ready before the first
-        self.engine.warm_up(DecodeOptions(language=asr.language, use_itn=asr.use_itn, hotwords=hotwords))
+        self.engine.warm_up(DecodeOptions(language=asr.language, use_itn=asr.use_itn, hotwords=hotwords,
+                                          languages=auto_languages(asr.auto_languages, self.engine.info.languages)))
         if self.turn_model is not None:
             self.turn_model.warm_up()
         load_text_stage(itn_worker=True)  # pinyin, OpenCC; the ITN worker process and its grammars

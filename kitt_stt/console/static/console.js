@@ -36,9 +36,42 @@ window.kittConsole = {
 
 setUp();
 
+/** "auto" says what it may detect (asr.auto_languages): detection never leaves that set. */
+function languageLabel(language) {
+  const allowed = (settings.auto_languages || []).filter((code) => settings.languages.includes(code));
+  return language === "auto" && allowed.length > 0 ? `auto (${allowed.join(", ")})` : language;
+}
+
+/** Text in a script no installed font covers shows as boxes; say which font is missing instead.
+ * A script is missing when its sample draws exactly like an unassigned code point (the "no glyph"
+ * box); where the browser draws such boxes with the code inside, two of them differ and nothing
+ * can be told, so nothing is said. */
+function reportMissingFonts() {
+  const stack = getComputedStyle(document.body).fontFamily;
+  const wanted = { CJK: ["打", "Noto Sans CJK SC, WenQuanYi Micro Hei or Source Han Sans SC"],
+                   Latin: ["A", "Noto Sans, DejaVu Sans or Liberation Sans"] };
+  const canvas = document.createElement("canvas");
+  canvas.width = canvas.height = 32;
+  const context = canvas.getContext("2d", { willReadFrequently: true });
+  const drawn = (text) => {
+    context.clearRect(0, 0, 32, 32);
+    context.font = `24px ${stack}`;
+    context.fillText(text, 2, 26);
+    return context.getImageData(0, 0, 32, 32).data.join(",");
+  };
+  const box = drawn("\u0378");  // unassigned: no font has a glyph for it
+  if (box !== drawn("\u0379")) return;
+  const missing = Object.entries(wanted).filter(([, [sample]]) => drawn(sample) === box)
+    .map(([script, [, fonts]]) => `${script} (install ${fonts})`);
+  $("fonts").hidden = missing.length === 0;
+  $("fonts").textContent = missing.length === 0 ? "" : `No font on this machine covers ${missing.join("; ")}: ` +
+    "that text shows as boxes. On Debian: apt-get install fonts-noto-cjk (or fonts-wqy-microhei).";
+}
+
 function setUp() {
-  for (const language of settings.languages) $("language").append(new Option(language, language));
+  for (const language of settings.languages) $("language").append(new Option(languageLabel(language), language));
   $("language").value = settings.language;
+  reportMissingFonts();
   $("interim").checked = settings.interim;
   const wake = settings.wake;
   $("wake-mode").options[0].textContent = `mode: server default (${wake.mode})`;

@@ -1,0 +1,121 @@
+"""Language identification restricted to a set, decided once per segment and kept for a turn.
+
+Why restricted: an in-car product speaks a known set of languages (``asr.auto_languages``, by
+default zh and en). Whisper detects among all 99 of its languages, and on short commands it
+reads English and Mandarin as Thai or Japanese; SenseVoice's language query picks among its
+five. Both score every language at once, so the scores of languages outside the set are dropped
+and the best of the rest wins, with its probability renormalised over the set (as Whisper's own
+``detect_language`` does over all language tokens).
+
+Why once per segment: chunks and interims of one segment are decoded separately; detecting on
+each would let the pieces of one sentence flip between zh and en and, for Whisper, pay an
+encoder pass per piece. The first decode of a segment that has at least ``min_samples`` of audio
+so far decides, reading the segment's audio from its start (not just that decode's piece, which
+may be a 300 ms chunk); before that, pieces use the turn's language, or one early guess that
+also sets the turn's (so at most two detections per segment; a short segment keeps its guess).
+
+Why per turn: a turn keeps the language its first segment decided unless a later segment's
+evidence is clearly stronger (its probability exceeds the turn's by ``switch_margin``).
+Decodes run on scheduler worker threads, so the state here is guarded by locks.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+DEFAULT_SWITCH_MARGIN = 0.25
+DEFAULT_MIN_SAMPLES = 16000  # 1 s of 16 kHz audio: a segment shorter so far does not decide
+
+
+@dataclass(frozen=True)
+class LanguageGuess:
+    lang: str
+    probability: float  # among the allowed languages only
+
+
+def restricted_guess(logits: np.ndarray, token_ids: Mapping[str, int], allowed: Sequence[str]) -> LanguageGuess:
+    """The best of ``allowed`` by ``logits`` (one score per vocabulary entry), with its softmax
+    probability over the allowed languages' tokens only; every other entry is masked out."""
+    codes = [code for code in allowed if code in token_ids]
+    if not codes:
+        raise ValueError(f"none of {', '.join(allowed)} is a language this model can detect")
+    scores = np.array([float(logits[token_ids[code]]) for code in codes], dtype=np.float64)
+    weights = np.exp(scores - scores.max())
+    weights /= weights.sum()
+    best = int(np.argmax(weights))
+    return LanguageGuess(codes[best], round(float(weights[best]), 4))
+
+
+class TurnLanguage:
+    """The language a turn's segments decode in, once its first segment decided one."""
+
+    def __init__(self) -> None:
+        self._guess: LanguageGuess | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def guess(self) -> LanguageGuess | None:
+        with self._lock:
+            return self._guess
+
+    def settle(self, guess: LanguageGuess, switch_margin: float = DEFAULT_SWITCH_MARGIN) -> LanguageGuess:
+        """The turn's language after a segment detected ``guess``: the first guess sets it; a
+        different language replaces it only with clearly stronger evidence."""
+        with self._lock:
+            current = self._guess
+            if current is None or (guess.lang != current.lang and
+                                   guess.probability >= current.probability + switch_margin):
+                self._guess = current = guess
+            return current
+
+    def segment(self, switch_margin: float = DEFAULT_SWITCH_MARGIN, min_samples: int = DEFAULT_MIN_SAMPLES,
+                audio: Callable[[], np.ndarray] | None = None) -> SegmentLanguage:
+        return SegmentLanguage(self, switch_margin, min_samples, audio)
+
+
+class SegmentLanguage:
+    """One segment's language: detected by the first decode long enough to tell, then reused by
+    the segment's other decodes (chunks, interims, the final's tail), which detect nothing."""
+
+    def __init__(self, turn: TurnLanguage | None = None, switch_margin: float = DEFAULT_SWITCH_MARGIN,
+                 min_samples: int = DEFAULT_MIN_SAMPLES, audio: Callable[[], np.ndarray] | None = None) -> None:
+        self._turn = turn
+        self._switch_margin = switch_margin
+        self._min_samples = min_samples
+        # the segment's audio so far (a growing buffer's view: read from a worker thread, it is a
+        # valid prefix whatever the event loop appends meanwhile); None: each decode's own piece
+        self._audio = audio
+        self._guess: LanguageGuess | None = None
+        self._latest: LanguageGuess | None = None  # before the decision: what the pieces use
+        self._lock = threading.Lock()  # held while detecting, so concurrent pieces detect once
+
+    @property
+    def guess(self) -> LanguageGuess | None:
+        """The language decided for the segment, else the last short piece's, else None."""
+        with self._lock:
+            return self._guess or self._latest
+
+    def resolve(self, piece: np.ndarray, detect: Callable[[np.ndarray], LanguageGuess]) -> LanguageGuess:
+        """The segment's language for a decode of ``piece``; ``detect`` runs the restricted
+        detection on the audio given, only when nothing decided the segment's language yet."""
+        with self._lock:
+            if self._guess is not None:
+                return self._guess
+            turn_guess = self._turn.guess if self._turn is not None else None
+            audio = self._audio() if self._audio is not None else piece
+            if audio.shape[0] < self._min_samples:
+                # too short to decide on: the turn's language if it has one, else one guess that
+                # the segment's pieces share until it has enough audio (a short segment keeps it)
+                if turn_guess is not None:
+                    self._latest = turn_guess
+                elif self._latest is None:  # the turn's first words: their language is the turn's until clearly not
+                    guess = detect(audio)
+                    self._latest = self._turn.settle(guess, self._switch_margin) if self._turn is not None else guess
+                return self._latest
+            guess = detect(audio)
+            self._guess = self._turn.settle(guess, self._switch_margin) if self._turn is not None else guess
+            return self._guess

@@ -1,0 +1,118 @@
+"""Whisper's language step, restricted to a set, on onnxruntime over the same encoder/decoder files.
+
+Why a separate pass: sherpa-onnx fixes the language per recognizer and, given none, detects it
+inside ``decode_stream`` among all 99 languages without exposing the scores or the encoder
+output, so the encoder output cannot be shared with its decode. This runs what Whisper's
+``detect_language`` runs: the encoder on the segment's log-mel, then the decoder's first step
+(the start-of-transcript token alone) whose logits at the language tokens are the language
+scores; those outside the allowed set are masked (``asr/language.py``). The pipeline runs it once
+per segment (not per chunk or interim).
+
+Its cost is mostly the encoder, which grows with the frames it reads: sherpa-onnx appends
+``tail_paddings`` frames of silence for decoding (700 = 7 s here); the language step reads at
+most ``window_frames`` of the speech (quiet ends trimmed) and ``pad_frames`` of silence.
+``bias`` adds a constant to a language's score (a log prior: on short commands whisper-base
+scores Mandarin too low). ``utils/performance/lid_report.py`` tunes the three on some recordings
+and reports on others (docs/models.md, "Language detection").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import kaldi_native_fbank as knf
+import numpy as np
+import onnxruntime as ort
+
+from kitt_stt.asr.language import LanguageGuess, restricted_guess
+from kitt_stt.asr.sense_voice_model import read_model_header
+from kitt_stt.asr.whisper_model import WhisperModel
+
+SAMPLE_RATE = 16000
+MAX_FRAMES = 3000 - 50  # as sherpa-onnx: at most 30 s less a margin of silence
+FRAME_SAMPLES = 160  # one 10 ms feature frame
+SPEECH_FLOOR = 0.1  # of the loudest frame's RMS: quieter frames at either end are not speech
+
+
+def speech_span(samples: np.ndarray) -> np.ndarray:
+    """``samples`` without the quiet frames at either end. A segment begins with the VAD's
+    pre-roll (300 ms before the onset, mostly silence); the window should hold speech."""
+    count = samples.shape[0] // FRAME_SAMPLES
+    if count == 0:
+        return samples
+    frames = samples[: count * FRAME_SAMPLES].reshape(count, FRAME_SAMPLES).astype(np.float32)
+    rms = np.sqrt(np.mean(frames * frames, axis=1))
+    loud = np.flatnonzero(rms > rms.max() * SPEECH_FLOOR)
+    if loud.size == 0:
+        return samples
+    return samples[loud[0] * FRAME_SAMPLES : (loud[-1] + 1) * FRAME_SAMPLES]
+
+
+def whisper_log_mel(samples: np.ndarray) -> np.ndarray:
+    """int16 PCM -> (80, frames) log-mel normalised as Whisper (and sherpa-onnx) do:
+    log10, floor at the maximum less 8, then (x + 4) / 4."""
+    options = knf.WhisperFeatureOptions()
+    options.frame_opts.dither = 0.0
+    fbank = knf.OnlineWhisperFbank(options)
+    fbank.accept_waveform(SAMPLE_RATE, (samples.astype(np.float32) / 32768.0).tolist())
+    fbank.input_finished()
+    count = min(fbank.num_frames_ready, MAX_FRAMES)
+    if count == 0:
+        return np.zeros((options.dim, 0), dtype=np.float32)
+    mel = np.stack([fbank.get_frame(i) for i in range(count)]).astype(np.float32)
+    log_spec = np.log10(np.maximum(mel, 1e-10))
+    log_spec = np.maximum(log_spec, log_spec.max() - 8.0)
+    return ((log_spec + 4.0) / 4.0).T
+
+
+class WhisperLanguageDetector:
+    def __init__(self, model: WhisperModel, num_threads: int = 1, window_frames: int = 150, pad_frames: int = 700,
+                 bias: Mapping[str, float] | None = None) -> None:
+        metadata = read_model_header(model.encoder_path).metadata
+        self._sot = int(metadata["sot"])
+        codes = metadata.get("all_language_codes", "en").split(",")
+        tokens = metadata.get("all_language_tokens", str(int(metadata["sot"]) + 1)).split(",")
+        self._language_tokens = {code: int(token) for code, token in zip(codes, tokens, strict=True)}
+        self._cache_shape = (int(metadata["n_text_layer"]), 1, int(metadata["n_text_ctx"]),
+                             int(metadata["n_text_state"]))
+        self._window_frames = min(window_frames, MAX_FRAMES)
+        self._pad_frames = pad_frames
+        self._bias = dict(bias or {})
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = num_threads
+        options.inter_op_num_threads = 1
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        self._encoder = ort.InferenceSession(str(model.encoder_path), options, providers=["CPUExecutionProvider"])
+        self._decoder = ort.InferenceSession(str(model.decoder_path), options, providers=["CPUExecutionProvider"])
+
+    @property
+    def language_tokens(self) -> dict[str, int]:
+        """Each language's token id (its score is the logit there)."""
+        return dict(self._language_tokens)
+
+    def detect(self, samples: np.ndarray, allowed: Sequence[str]) -> LanguageGuess:
+        """The most likely of ``allowed`` for ``samples`` (int16, 16 kHz)."""
+        logits = self.language_logits(samples)
+        for code, offset in self._bias.items():
+            if code in self._language_tokens:
+                logits[self._language_tokens[code]] += offset
+        return restricted_guess(logits, self._language_tokens, allowed)
+
+    def language_logits(self, samples: np.ndarray) -> np.ndarray:
+        """The decoder's first-step logits over the whole vocabulary (the language scores are
+        those at the language tokens)."""
+        mel = whisper_log_mel(speech_span(samples)[: self._window_frames * FRAME_SAMPLES])
+        frames = min(mel.shape[1] + self._pad_frames, MAX_FRAMES)
+        padded = np.zeros((1, mel.shape[0], max(frames, 2)), dtype=np.float32)  # 0 is silence once normalised
+        padded[0, :, : mel.shape[1]] = mel[:, :frames]
+        cross_k, cross_v = self._encoder.run(None, {"mel": padded})
+        cache = np.zeros(self._cache_shape, dtype=np.float32)
+        logits = self._decoder.run(["logits"], {
+            "tokens": np.array([[self._sot]], dtype=np.int64),
+            "in_n_layer_self_k_cache": cache,
+            "in_n_layer_self_v_cache": cache,
+            "n_layer_cross_k": cross_k,
+            "n_layer_cross_v": cross_v,
+            "offset": np.zeros(1, dtype=np.int64),
+        })[0]
+        return np.array(logits[0, -1], dtype=np.float32)

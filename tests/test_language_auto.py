@@ -1,0 +1,145 @@
+"""``language: auto`` stays within the allowed languages (asr.auto_languages or the session's
+``languages``), decided once per segment and kept for a turn (issue 20)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kitt_stt.asr.language import LanguageGuess, SegmentLanguage, TurnLanguage, restricted_guess
+from kitt_stt.audio.wavfile import read_wav_16k_mono
+from kitt_stt.client.session import connect
+from tests.helpers import collect_until, of_type, run_server, send_pcm, silence, tone_pcm
+
+SPEECH = Path(__file__).parent / "fixtures" / "speech"
+
+
+def test_restricted_guess_masks_languages_outside_the_set() -> None:
+    tokens = {"en": 0, "zh": 1, "th": 2}
+    logits = np.array([1.0, 0.0, 9.0])  # Thai by far, as whisper-base reads our Mandarin fixtures
+    guess = restricted_guess(logits, tokens, ["zh", "en"])
+    assert guess.lang == "en" and guess.probability == pytest.approx(1 / (1 + np.exp(-1.0)), abs=1e-3)
+    assert restricted_guess(logits, tokens, ["zh"]) == LanguageGuess("zh", 1.0)
+
+
+def test_a_turn_keeps_its_language_unless_later_evidence_is_clearly_stronger() -> None:
+    turn = TurnLanguage()
+    calls: list[int] = []
+
+    def detector(lang: str, probability: float):
+        return lambda audio: calls.append(audio.shape[0]) or LanguageGuess(lang, probability)
+
+    def piece(samples: int) -> np.ndarray:
+        return np.zeros(samples, dtype=np.int16)
+
+    first = turn.segment(switch_margin=0.25, min_samples=100)
+    assert first.resolve(piece(200), detector("zh", 0.7)).lang == "zh"
+    assert first.resolve(piece(200), detector("en", 0.99)).lang == "zh"  # decided: the segment's other pieces reuse it
+    assert calls == [200]
+    assert turn.segment(0.25, 100).resolve(piece(200), detector("en", 0.8)).lang == "zh"  # not clearly stronger
+    assert turn.segment(0.25, 100).resolve(piece(200), detector("en", 0.96)).lang == "en"  # 0.96 >= 0.7 + 0.25
+    short = turn.segment(0.25, 100)
+    assert short.resolve(piece(50), detector("zh", 0.9)).lang == "en"  # too short to decide: the turn's language
+    assert calls == [200, 200, 200] and short.guess == LanguageGuess("en", 0.96)
+    fresh = TurnLanguage()
+    early = fresh.segment(0.25, 100)
+    assert early.resolve(piece(50), detector("en", 0.7)).lang == "en" and fresh.guess == LanguageGuess("en", 0.7)
+    assert fresh.segment(0.25, 100).resolve(piece(200), detector("zh", 0.75)).lang == "en"  # the short first counts
+    calls.clear()
+    alone = SegmentLanguage(min_samples=100)
+    assert alone.resolve(piece(50), detector("zh", 0.6)).lang == "zh" and alone.guess is not None
+    assert alone.resolve(piece(60), detector("en", 0.9)).lang == "zh"  # the early guess holds until 100 samples
+    assert alone.resolve(piece(150), detector("en", 0.9)).lang == "en"  # then the segment decides once
+    assert calls == [50, 150]
+
+
+def test_a_segment_detects_on_its_audio_so_far_not_on_a_short_piece() -> None:
+    """Chunks can be 300 ms; the segment's first 1 s says more than any one of them."""
+    so_far = np.zeros(120, dtype=np.int16)
+    seen: list[int] = []
+    segment = TurnLanguage().segment(min_samples=100, audio=lambda: so_far)
+    guess = segment.resolve(np.zeros(30, dtype=np.int16), lambda audio: seen.append(audio.shape[0]) or
+                            LanguageGuess("en", 0.9))
+    assert guess.lang == "en" and seen == [120]
+
+
+async def _final(url: str, pcm: bytes, **settings: object) -> dict:
+    async with connect(url) as session:
+        await session.start(**settings)
+        await send_pcm(session, pcm)
+        await send_pcm(session, silence(1000))
+        frames = await collect_until(session, lambda got: bool(of_type(got, "commit")), timeout=60)
+    assert not of_type(frames, "error"), frames
+    finals = of_type(frames, "final")
+    assert finals, frames
+    return finals[-1]
+
+
+async def test_session_languages_restrict_detection(server) -> None:
+    """The tone model's language query always says zh; a session allowing only en gets en."""
+    pcm = tone_pcm("打开车门", tail_ms=300)
+    default = await _final(server.url, pcm)
+    assert default["lang"] == "zh" and 0.5 < default["lang_probability"] <= 1.0
+    english = await _final(server.url, pcm, languages=["en"])
+    assert english["lang"] == "en" and english["lang_probability"] == 1.0
+    explicit = await _final(server.url, pcm, language="zh", languages=["en"])
+    assert explicit["lang"] == "zh" and explicit["lang_probability"] is None  # named, not detected
+
+
+def test_auto_languages_outside_the_servers_languages_are_left_out(tmp_path: Path, model_cache: Path) -> None:
+    """A server allowing [auto, en, ja] keeps loading with the default auto_languages [zh, en]: auto means en."""
+    async def scenario(url: str) -> None:
+        final = await _final(url, tone_pcm("打开车门", tail_ms=300))
+        assert final["lang"] == "en", final
+
+    with run_server(tmp_path, model_cache, {"asr": {"languages": ["auto", "en", "ja"]}}) as server:
+        asyncio.run(scenario(server.url))
+
+
+def test_sherpa_sense_voice_detects_within_the_set_then_passes_the_language(tmp_path: Path, model_cache: Path) -> None:
+    """sherpa-onnx hides the language query's scores: our onnxruntime engine detects, sherpa decodes."""
+    async def scenario(url: str) -> None:
+        pcm = tone_pcm("打开车门", tail_ms=300)
+        english = await _final(url, pcm, languages=["en"])
+        assert english["lang"] == "en" and english["lang_probability"] == 1.0, english
+        default = await _final(url, pcm)
+        assert default["lang"] == "zh" and english["text"] == default["text"], default
+
+    with run_server(tmp_path, model_cache, {"asr": {"engine": "sherpa"}}) as server:
+        asyncio.run(scenario(server.url))
+
+
+@pytest.mark.parametrize("languages", [[], ["xx"], ["auto"], ["en", "en"], "en", [1], ["fr"]])
+async def test_invalid_language_sets_are_bad_field(server, languages: object) -> None:
+    async with connect(server.url) as session:
+        await session.send({"type": "configure", "languages": languages})
+        frames = await collect_until(session, lambda got: bool(of_type(got, "error")), timeout=10)
+        error = of_type(frames, "error")[0]
+        assert error["code"] == "bad_field" and "languages" in error["message"], error
+        await session.send({"type": "configure", "languages": ["zh"]})  # the session goes on
+        await session.send({"type": "ping", "id": 7})
+        pong = await collect_until(session, lambda got: bool(of_type(got, "pong")), timeout=10)
+        assert not of_type(pong, "error"), pong
+
+
+@pytest.mark.timeout(300)
+def test_whisper_auto_detects_english_and_mandarin_within_the_set(tmp_path: Path, model_cache: Path,
+                                                                  whisper_dir: Path) -> None:
+    """whisper-base alone reads these speakers as Thai; restricted to zh/en each comes back in its language."""
+    overrides = {"asr": {"model": "whisper-base"}, "interim": {"enabled": False}}
+
+    async def scenario(url: str) -> None:
+        english = read_wav_16k_mono(SPEECH / "en_open_the_car_door_please.wav").tobytes()
+        mandarin = read_wav_16k_mono(SPEECH / "zh_da_kai_che_men.wav").tobytes()
+        final = await _final(url, english, language="auto")
+        assert final["lang"] == "en" and "please" in final["text"].lower(), final  # "card or": whisper-base
+        final = await _final(url, mandarin, language="auto")
+        assert final["lang"] == "zh" and "车门" in final["text"], final
+        restricted = await _final(url, mandarin, language="auto", languages=["en"])
+        assert restricted["lang"] == "en" and restricted["lang_probability"] == 1.0, restricted
+
+    with run_server(tmp_path, model_cache, overrides) as server:
+        asyncio.run(scenario(server.url))
