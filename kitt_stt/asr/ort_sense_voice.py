@@ -55,13 +55,14 @@ class OrtSenseVoiceEngine(AsrEngine):
     def __init__(self, model: SenseVoiceModel, kind: str, config: AsrConfig) -> None:
         meta = model.metadata
         raw_tokens = read_tokens(model.tokens_path)
-        self._pieces = PieceIndex({token: index for index, token in enumerate(raw_tokens)})
+        vocabulary = {token: index for index, token in enumerate(raw_tokens)}
+        self._pieces = PieceIndex(vocabulary)
         self._tokens = [token.replace("▁", " ") for token in raw_tokens]  # as sherpa-onnx's symbol table
         self._neg_mean = np.array([float(v) for v in meta["neg_mean"].split(",")], dtype=np.float32)
         self._inv_stddev = np.array([float(v) for v in meta["inv_stddev"].split(",")], dtype=np.float32)
         self._language_ids = {name: int(meta[f"lang_{name}"]) for name in LANGUAGES}
-        self._language_tags = {name: self._vocabulary[f"<|{name}|>"] for name in LANGUAGES
-                               if f"<|{name}|>" in self._vocabulary}  # what frame 0 can read
+        self._language_tags = {name: vocabulary[f"<|{name}|>"] for name in LANGUAGES
+                               if f"<|{name}|>" in vocabulary}  # what frame 0 can read
         self._with_itn, self._without_itn = int(meta["with_itn"]), int(meta["without_itn"])
         self._method = config.decoding.method
         self._beam = config.decoding.max_active_paths
