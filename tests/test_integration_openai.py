@@ -249,3 +249,48 @@ def test_upload_itn_runs_in_the_worker_process(tone_dir: Path, monkeypatch: pyte
     assert [segment.text for segment in transcript.segments] == ["空调调到26度" * 20] * 3  # normalised, by the worker
     assert inline == []  # not one segment went through the grammars in this process
 
+
+def raw_wav(rate: int, payload: bytes) -> bytes:
+    """A 16-bit mono WAV whose header says ``rate`` (the stdlib writer would do, but states no intent)."""
+    import struct
+
+    fmt = struct.pack("<HHIIHH", 1, 1, rate, rate * 2, 2, 16)
+    chunks = b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"data" + struct.pack("<I", len(payload)) + payload
+    return b"RIFF" + struct.pack("<I", 4 + len(chunks)) + b"WAVE" + chunks
+
+
+def test_a_rate_that_needs_a_huge_filter_is_refused(server, tmp_path: Path) -> None:
+    """383999 Hz is coprime with 16 kHz: its filter had 12.3M taps (2 s of audio: 4.5 s of CPU and
+    1 GB). Refused, saying which rates work; 384 kHz (1/24) still decodes."""
+    path = tmp_path / "odd.wav"
+    path.write_bytes(raw_wav(383_999, bytes(2 * 383_999 * 2)))
+    with pytest.raises(openai.BadRequestError) as refused:
+        transcribe(client_for(server), path)
+    error = refused.value.body
+    assert error["code"] == "unsupported_audio" and error["param"] == "file"
+    assert "383999 Hz" in error["message"] and "44100" in error["message"] and "16000" in error["message"]
+    for rate in (8000, 11025, 22050, 44100, 48000, 96000, 384_000):
+        assert decode_upload(raw_wav(rate, bytes(rate // 5 * 2)), "ok.wav").shape[0] == 16000 // 5, rate
+
+
+def test_resampling_memory_is_bounded_by_the_phases() -> None:
+    """A 384 kHz file has 769 filter phases: 32768 output samples a step held 600 MB of windows;
+    the step is now sized by the phases, and the output is unchanged by how it is cut."""
+    import tracemalloc
+
+    from kitt_stt.server import upload_audio
+
+    signal = np.random.default_rng(0).standard_normal(384_000 * 2).astype(np.float32)
+    tracemalloc.start()
+    try:
+        out = upload_audio.resample(signal, 384_000, 16000)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert out.shape == (32000,)
+    assert peak < 80 << 20, peak  # the signal (3 MB as float64), the kernel and one ~24 MB step
+    small = upload_audio.resample(signal[:48_000], 384_000, 16000)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(upload_audio, "_STEP_ELEMENTS", 769 * 7)  # 7 output samples a step
+        assert np.array_equal(upload_audio.resample(signal[:48_000], 384_000, 16000), small)
+
