@@ -1,9 +1,11 @@
 """The OpenAI-compatible endpoints through the official ``openai`` Python client, against a real server.
 
 Every ``response_format``, ``model`` accepted and reported, ``GET /v1/models``, ``language`` and
-``prompt`` (hotwords), the service token, the upload limits, refused formats (all in OpenAI's
-error shape, which the client turns into its typed exceptions), and uploads queued below live
-audio on the shared scheduler.
+``prompt`` (hotwords), the service token, the upload limits (size, length, prompt hotwords and
+their server-wide budget, the body read deadline), refused formats and sample rates (all in
+OpenAI's error shape, which the client turns into its typed exceptions, FastAPI's own 404/405/422
+under /v1 too), uploads queued below live audio on the shared scheduler, and their ITN off the
+event loop.
 """
 
 from __future__ import annotations
@@ -294,3 +296,116 @@ def test_resampling_memory_is_bounded_by_the_phases() -> None:
         patch.setattr(upload_audio, "_STEP_ELEMENTS", 769 * 7)  # 7 output samples a step
         assert np.array_equal(upload_audio.resample(signal[:48_000], 384_000, 16000), small)
 
+
+def test_client_text_in_errors_is_quoted_and_bounded(server, tmp_path: Path) -> None:
+    long_name = "n" * 5000 + ".flac"
+    with pytest.raises(openai.BadRequestError) as by_name:
+        client_for(server).audio.transcriptions.create(model="whisper-1", file=(long_name, b"fLaC" + bytes(4000)))
+    message = by_name.value.body["message"]
+    assert "FLAC" in message and "5005 characters" in message and len(message) < 600, message
+    path = tmp_path / "a.wav"
+    path.write_bytes(wav(tone_pcm("打开")))
+    with pytest.raises(openai.BadRequestError) as by_language:
+        transcribe(client_for(server), path, language="x" * 5000)
+    message = by_language.value.body["message"]
+    assert "5000 characters" in message and len(message) < 400, message
+
+
+def test_fastapi_refusals_under_v1_have_openai_shape(server) -> None:
+    import httpx
+
+    with pytest.raises(openai.NotFoundError) as unknown:
+        client_for(server).models.retrieve("whisper-1")  # GET /v1/models/whisper-1: no such route
+    assert unknown.value.body["code"] == "not_found" and "/v1/models/whisper-1" in unknown.value.body["message"]
+    wrong_method = httpx.get(f"{server.http}/v1/audio/transcriptions")
+    assert wrong_method.status_code == 405 and wrong_method.headers["allow"] == "POST"
+    assert wrong_method.json()["error"]["code"] == "method_not_allowed"
+    assert wrong_method.json()["error"]["type"] == "invalid_request_error"
+    elsewhere = httpx.get(f"{server.http}/nothing-here")
+    assert elsewhere.status_code == 404 and elsewhere.json() == {"detail": "Not Found"}  # FastAPI's own, kept
+
+
+def test_unreadable_requests_under_v1_have_openai_shape() -> None:
+    """422 (FastAPI's validation of declared parameters; the upload routes declare none today)."""
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from kitt_stt.server.openai_errors import install_error_handlers
+
+    app = FastAPI()
+
+    @app.get("/v1/count")
+    async def count(n: int) -> dict[str, int]:
+        return {"n": n}
+
+    @app.get("/other")
+    async def other(n: int) -> dict[str, int]:
+        return {"n": n}
+
+    install_error_handlers(app)
+    client = TestClient(app)
+    refused = client.get("/v1/count", params={"n": "many"})
+    assert refused.status_code == 422
+    assert refused.json()["error"]["param"] == "query.n" and refused.json()["error"]["type"] == "invalid_request_error"
+    assert "detail" in client.get("/other", params={"n": "many"}).json()  # FastAPI's own shape outside /v1
+
+
+def test_prompt_hotwords_are_capped_and_budgeted(tmp_path: Path, model_cache: Path) -> None:
+    """A prompt holds at most max_prompt_hotwords; a new list takes a token of one server-wide
+    budget (12 uploads with fresh 1000-word prompts used to build 12 tries, evicting the live
+    sessions' ones); the previous upload's list is free; refused uploads build nothing."""
+    overrides = {"transcriptions": {"max_prompt_hotwords": 8, "hotword_changes": {"burst": 2, "per_s": 0.001}}}
+    with run_server(tmp_path, model_cache, overrides) as strict:
+        path = tmp_path / "a.wav"
+        path.write_bytes(wav(tone_pcm("打开")))
+        client = client_for(strict)
+        before = strict.log()
+        with pytest.raises(openai.BadRequestError) as too_many:
+            transcribe(client, path, prompt=",".join(f"zzbig{n}" for n in range(9)))
+        assert too_many.value.body["code"] == "too_many_hotwords" and too_many.value.body["param"] == "prompt"
+        prompts = [",".join(f"zz{i}q{n}" for n in range(8)) for i in range(3)]
+        assert transcribe(client, path, prompt=prompts[0]).text == "打开"
+        assert transcribe(client, path, prompt=prompts[1]).text == "打开"
+        with pytest.raises(openai.RateLimitError) as over_budget:
+            transcribe(client, path, prompt=prompts[2])
+        assert over_budget.value.body["code"] == "rate_limit_exceeded"
+        assert "transcriptions.hotword_changes" in over_budget.value.body["message"]
+        assert transcribe(client, path, prompt=prompts[1]).text == "打开"  # the previous list: free
+        assert transcribe(client, path).text == "打开"  # no prompt: free
+        built = strict.log()[len(before):].count("hotwords have no tokens")  # one warning per trie built
+    assert built == 2
+
+
+def test_a_trickled_body_times_out_and_frees_its_slot(tmp_path: Path, model_cache: Path) -> None:
+    """Two uploads that send their body a few bytes at a time held both max_concurrent slots for
+    ever; now each is answered 408 after read_timeout_s, and the next upload gets its slot."""
+    import socket
+    import time
+
+    overrides = {"transcriptions": {"max_concurrent": 2, "read_timeout_s": 3.0}}
+    with run_server(tmp_path, model_cache, overrides) as strict:
+        path = tmp_path / "a.wav"
+        path.write_bytes(wav(tone_pcm("打开")))
+        head = (b"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100000\r\n"
+                b"Content-Type: multipart/form-data; boundary=xyz\r\n\r\n--xyz\r\n")
+        tricklers = [socket.create_connection(("127.0.0.1", strict.port), timeout=15) for _ in range(2)]
+        try:
+            for sock in tricklers:
+                sock.sendall(head)  # and then nothing more: the rest of the 100000 bytes never comes
+            time.sleep(0.5)
+            with pytest.raises(openai.RateLimitError):
+                transcribe(client_for(strict), path)  # both slots held by the tricklers
+            started = time.monotonic()
+            for sock in tricklers:
+                reply = b""
+                while b"\r\n\r\n" not in reply or not reply.rstrip().endswith(b"}"):
+                    piece = sock.recv(4096)
+                    assert piece, reply
+                    reply += piece
+                assert reply.startswith(b"HTTP/1.1 408"), reply
+                assert b'"code":"request_timeout"' in reply and b"transcriptions.read_timeout_s" in reply
+            assert time.monotonic() - started < 10
+        finally:
+            for sock in tricklers:
+                sock.close()
+        assert transcribe(client_for(strict), path).text == "打开"  # the slots are free again
