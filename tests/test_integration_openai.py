@@ -1,9 +1,11 @@
 """The OpenAI-compatible endpoints through the official ``openai`` Python client, against a real server.
 
 Every ``response_format``, ``model`` accepted and reported, ``GET /v1/models``, ``language`` and
-``prompt`` (hotwords), the service token, the upload limits, refused formats (all in OpenAI's
-error shape, which the client turns into its typed exceptions), and uploads queued below live
-audio on the shared scheduler.
+``prompt`` (hotwords), the service token, the upload limits (size, length, prompt hotwords and
+their server-wide budget, the body read deadline), refused formats and sample rates (all in
+OpenAI's error shape, which the client turns into its typed exceptions, FastAPI's own 404/405/422
+under /v1 too), uploads queued below live audio on the shared scheduler, and their ITN off the
+event loop.
 """
 
 from __future__ import annotations
@@ -211,3 +213,199 @@ async def test_an_abandoned_upload_leaves_nothing_queued() -> None:
     finally:
         scheduler.stop()
     assert [batch[0] for batch in engine.batches] == ["blocker"]
+
+
+def test_upload_itn_runs_in_the_worker_process(tone_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each segment's ITN goes to the worker process, as a live final's does: inline it held the
+    event loop, and so every live session, for each segment (a 25-segment upload raised another
+    session's worst ping from 1.8 ms to 656 ms)."""
+    from kitt_stt.asr.ort_sense_voice import OrtSenseVoiceEngine
+    from kitt_stt.asr.sense_voice_model import load_sense_voice_model
+    from kitt_stt.config.schema import AsrConfig, VadConfig
+    from kitt_stt.server.file_transcription import transcribe_file
+    from kitt_stt.text import TextStage
+    from kitt_stt.text.itn import WetextNormalizer
+    from tests.engine_wrappers import NumberWords
+
+    inline: list[str] = []
+    original = WetextNormalizer.normalize
+
+    def recording(self: WetextNormalizer, text: str, language) -> str:
+        inline.append(text)  # ITN in this process: on the event loop's thread
+        return original(self, text, language)
+
+    monkeypatch.setattr(WetextNormalizer, "normalize", recording)
+    engine = NumberWords(OrtSenseVoiceEngine(load_sense_voice_model(tone_dir), "tone", AsrConfig()))
+    samples = np.frombuffer(tone_pcm("打开车门", tail_ms=700) * 3, "<i2")  # three segments
+
+    async def upload():
+        scheduler = InferenceScheduler(engine, workers=1)
+        scheduler.start()
+        try:
+            return await transcribe_file(samples, scheduler, VadConfig(engine="webrtc", silence_ms=300), TextStage(),
+                                         "zh", False, (), False)
+        finally:
+            scheduler.stop()
+
+    transcript = asyncio.run(upload())
+    assert [segment.text for segment in transcript.segments] == ["空调调到26度" * 20] * 3  # normalised, by the worker
+    assert inline == []  # not one segment went through the grammars in this process
+
+
+def raw_wav(rate: int, payload: bytes) -> bytes:
+    """A 16-bit mono WAV whose header says ``rate`` (the stdlib writer would do, but states no intent)."""
+    import struct
+
+    fmt = struct.pack("<HHIIHH", 1, 1, rate, rate * 2, 2, 16)
+    chunks = b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"data" + struct.pack("<I", len(payload)) + payload
+    return b"RIFF" + struct.pack("<I", 4 + len(chunks)) + b"WAVE" + chunks
+
+
+def test_a_rate_that_needs_a_huge_filter_is_refused(server, tmp_path: Path) -> None:
+    """383999 Hz is coprime with 16 kHz: its filter had 12.3M taps (2 s of audio: 4.5 s of CPU and
+    1 GB). Refused, saying which rates work; 384 kHz (1/24) still decodes."""
+    path = tmp_path / "odd.wav"
+    path.write_bytes(raw_wav(383_999, bytes(2 * 383_999 * 2)))
+    with pytest.raises(openai.BadRequestError) as refused:
+        transcribe(client_for(server), path)
+    error = refused.value.body
+    assert error["code"] == "unsupported_audio" and error["param"] == "file"
+    assert "383999 Hz" in error["message"] and "44100" in error["message"] and "16000" in error["message"]
+    for rate in (8000, 11025, 22050, 44100, 48000, 96000, 384_000):
+        assert decode_upload(raw_wav(rate, bytes(rate // 5 * 2)), "ok.wav").shape[0] == 16000 // 5, rate
+
+
+def test_resampling_memory_is_bounded_by_the_phases() -> None:
+    """A 384 kHz file has 769 filter phases: 32768 output samples a step held 600 MB of windows;
+    the step is now sized by the phases, and the output is unchanged by how it is cut."""
+    import tracemalloc
+
+    from kitt_stt.server import upload_audio
+
+    signal = np.random.default_rng(0).standard_normal(384_000 * 2).astype(np.float32)
+    tracemalloc.start()
+    try:
+        out = upload_audio.resample(signal, 384_000, 16000)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert out.shape == (32000,)
+    assert peak < 80 << 20, peak  # the signal (3 MB as float64), the kernel and one ~24 MB step
+    small = upload_audio.resample(signal[:48_000], 384_000, 16000)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(upload_audio, "_STEP_ELEMENTS", 769 * 7)  # 7 output samples a step
+        assert np.array_equal(upload_audio.resample(signal[:48_000], 384_000, 16000), small)
+
+
+def test_client_text_in_errors_is_quoted_and_bounded(server, tmp_path: Path) -> None:
+    long_name = "n" * 5000 + ".flac"
+    with pytest.raises(openai.BadRequestError) as by_name:
+        client_for(server).audio.transcriptions.create(model="whisper-1", file=(long_name, b"fLaC" + bytes(4000)))
+    message = by_name.value.body["message"]
+    assert "FLAC" in message and "5005 characters" in message and len(message) < 600, message
+    path = tmp_path / "a.wav"
+    path.write_bytes(wav(tone_pcm("打开")))
+    with pytest.raises(openai.BadRequestError) as by_language:
+        transcribe(client_for(server), path, language="x" * 5000)
+    message = by_language.value.body["message"]
+    assert "5000 characters" in message and len(message) < 400, message
+
+
+def test_fastapi_refusals_under_v1_have_openai_shape(server) -> None:
+    import httpx
+
+    with pytest.raises(openai.NotFoundError) as unknown:
+        client_for(server).models.retrieve("whisper-1")  # GET /v1/models/whisper-1: no such route
+    assert unknown.value.body["code"] == "not_found" and "/v1/models/whisper-1" in unknown.value.body["message"]
+    wrong_method = httpx.get(f"{server.http}/v1/audio/transcriptions")
+    assert wrong_method.status_code == 405 and wrong_method.headers["allow"] == "POST"
+    assert wrong_method.json()["error"]["code"] == "method_not_allowed"
+    assert wrong_method.json()["error"]["type"] == "invalid_request_error"
+    elsewhere = httpx.get(f"{server.http}/nothing-here")
+    assert elsewhere.status_code == 404 and elsewhere.json() == {"detail": "Not Found"}  # FastAPI's own, kept
+
+
+def test_unreadable_requests_under_v1_have_openai_shape() -> None:
+    """422 (FastAPI's validation of declared parameters; the upload routes declare none today)."""
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from kitt_stt.server.openai_errors import install_error_handlers
+
+    app = FastAPI()
+
+    @app.get("/v1/count")
+    async def count(n: int) -> dict[str, int]:
+        return {"n": n}
+
+    @app.get("/other")
+    async def other(n: int) -> dict[str, int]:
+        return {"n": n}
+
+    install_error_handlers(app)
+    client = TestClient(app)
+    refused = client.get("/v1/count", params={"n": "many"})
+    assert refused.status_code == 422
+    assert refused.json()["error"]["param"] == "query.n" and refused.json()["error"]["type"] == "invalid_request_error"
+    assert "detail" in client.get("/other", params={"n": "many"}).json()  # FastAPI's own shape outside /v1
+
+
+def test_prompt_hotwords_are_capped_and_budgeted(tmp_path: Path, model_cache: Path) -> None:
+    """A prompt holds at most max_prompt_hotwords; a new list takes a token of one server-wide
+    budget (12 uploads with fresh 1000-word prompts used to build 12 tries, evicting the live
+    sessions' ones); the previous upload's list is free; refused uploads build nothing."""
+    overrides = {"transcriptions": {"max_prompt_hotwords": 8, "hotword_changes": {"burst": 2, "per_s": 0.001}}}
+    with run_server(tmp_path, model_cache, overrides) as strict:
+        path = tmp_path / "a.wav"
+        path.write_bytes(wav(tone_pcm("打开")))
+        client = client_for(strict)
+        before = strict.log()
+        with pytest.raises(openai.BadRequestError) as too_many:
+            transcribe(client, path, prompt=",".join(f"zzbig{n}" for n in range(9)))
+        assert too_many.value.body["code"] == "too_many_hotwords" and too_many.value.body["param"] == "prompt"
+        prompts = [",".join(f"zz{i}q{n}" for n in range(8)) for i in range(3)]
+        assert transcribe(client, path, prompt=prompts[0]).text == "打开"
+        assert transcribe(client, path, prompt=prompts[1]).text == "打开"
+        with pytest.raises(openai.RateLimitError) as over_budget:
+            transcribe(client, path, prompt=prompts[2])
+        assert over_budget.value.body["code"] == "rate_limit_exceeded"
+        assert "transcriptions.hotword_changes" in over_budget.value.body["message"]
+        assert transcribe(client, path, prompt=prompts[1]).text == "打开"  # the previous list: free
+        assert transcribe(client, path).text == "打开"  # no prompt: free
+        built = strict.log()[len(before):].count("hotwords have no tokens")  # one warning per trie built
+    assert built == 2
+
+
+def test_a_trickled_body_times_out_and_frees_its_slot(tmp_path: Path, model_cache: Path) -> None:
+    """Two uploads that send their body a few bytes at a time held both max_concurrent slots for
+    ever; now each is answered 408 after read_timeout_s, and the next upload gets its slot."""
+    import socket
+    import time
+
+    overrides = {"transcriptions": {"max_concurrent": 2, "read_timeout_s": 3.0}}
+    with run_server(tmp_path, model_cache, overrides) as strict:
+        path = tmp_path / "a.wav"
+        path.write_bytes(wav(tone_pcm("打开")))
+        head = (b"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100000\r\n"
+                b"Content-Type: multipart/form-data; boundary=xyz\r\n\r\n--xyz\r\n")
+        tricklers = [socket.create_connection(("127.0.0.1", strict.port), timeout=15) for _ in range(2)]
+        try:
+            for sock in tricklers:
+                sock.sendall(head)  # and then nothing more: the rest of the 100000 bytes never comes
+            time.sleep(0.5)
+            with pytest.raises(openai.RateLimitError):
+                transcribe(client_for(strict), path)  # both slots held by the tricklers
+            started = time.monotonic()
+            for sock in tricklers:
+                reply = b""
+                while b"\r\n\r\n" not in reply or not reply.rstrip().endswith(b"}"):
+                    piece = sock.recv(4096)
+                    assert piece, reply
+                    reply += piece
+                assert reply.startswith(b"HTTP/1.1 408"), reply
+                assert b'"code":"request_timeout"' in reply and b"transcriptions.read_timeout_s" in reply
+            assert time.monotonic() - started < 10
+        finally:
+            for sock in tricklers:
+                sock.close()
+        assert transcribe(client_for(strict), path).text == "打开"  # the slots are free again

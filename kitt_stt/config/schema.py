@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from kitt_stt.hotwords import parse_hotword
+from kitt_stt.hotwords import MAX_HOTWORDS, parse_hotword
 from kitt_stt.str_enum import StrEnum
 from kitt_stt.text import TextSettings, WakeSettings
 
@@ -354,13 +354,19 @@ class FileTranscriptionConfig(_Section):
     Uploads are decoded below live audio's priority, yet each one still holds memory and a share
     of the decode workers, so these bound what a request may cost: 25 MiB is OpenAI's own upload
     cap (clients written for it never send more); ``max_concurrent`` uploads are transcribed at
-    once and further ones are answered 429 rather than queued without bound.
+    once and further ones are answered 429 rather than queued without bound; a body that has not
+    arrived within ``read_timeout_s`` is answered 408, so a client trickling it cannot hold a slot
+    for ever. A prompt's hotwords cost a trie build in the cache the live sessions use: at most
+    ``max_prompt_hotwords`` per upload, and new lists within one server-wide budget.
     """
 
     enabled: bool = True
     max_upload_bytes: int = Field(default=25 * 1024 * 1024, ge=1024)
     max_audio_s: float = Field(default=600.0, gt=0)
     max_concurrent: int = Field(default=2, ge=1)
+    read_timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    max_prompt_hotwords: int = Field(default=32, ge=0, le=MAX_HOTWORDS)
+    hotword_changes: HotwordChangeBudget = HotwordChangeBudget(per_s=0.1, burst=5)
 
 
 class AppConfig(_Section):

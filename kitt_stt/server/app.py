@@ -37,6 +37,7 @@ from kitt_stt.scheduler import InferenceScheduler, Priority
 from kitt_stt.server.api_docs import mount_api_docs
 from kitt_stt.server.auth import authorisation_failure, bearer_refusal, debug_refusal
 from kitt_stt.server.connection import CLOSE_TRY_AGAIN_LATER, Connection
+from kitt_stt.server.openai_errors import install_error_handlers
 from kitt_stt.server.openai_routes import openai_router
 from kitt_stt.server.state import ServiceState
 from kitt_stt.turnsense.runner import TurnModelRunner
@@ -101,6 +102,7 @@ def create_app(config: AppConfig, engine: AsrEngine | EnginePlan, turn_model: Tu
     if config.server.console:
         mount_console(app, config)
     app.include_router(openai_router(state))  # /v1/audio/transcriptions, /v1/models (docs/integrations.md)
+    install_error_handlers(app)  # FastAPI's 404/405/422 under /v1 in OpenAI's error shape
 
     @app.get("/healthz")
     async def healthz() -> JSONResponse:

@@ -3,8 +3,9 @@
 The file is cut into segments by the same VAD settings as a live seat (so a long file never
 becomes one decode longer than ``vad.max_segment_ms``, which Whisper could not take), every
 segment is queued at ``Priority.FILE`` (a live final, chunk or interim always goes first), and
-each segment's text passes the same text stage as a live final (script, ITN). Segments come back
-with their audio time, for ``verbose_json``, SRT and VTT.
+each segment's text passes the same text stage as a live final (script, ITN in the worker
+process, off the event loop). Segments come back with their audio time, for ``verbose_json``,
+SRT and VTT.
 """
 
 from __future__ import annotations
@@ -114,7 +115,10 @@ async def transcribe_file(samples: np.ndarray, scheduler: InferenceScheduler, va
             raise DecodeCancelled("the service is shutting down; the file was not transcribed")
         result = outcome.result
         reported = reported or result.lang
-        text = stage.final(result.text, result.lang, engine_itn, detect_wake=False).text.strip()
+        # ITN in the worker process, as for a live final: inline it held the event loop (and so
+        # every live session) for each segment, up to hundreds of ms for a long file
+        staged = await stage.final_off_loop(result.text, result.lang, engine_itn, detect_wake=False)
+        text = staged.text.strip()
         if text:
             segments.append(Segment(piece.start_ms / 1000.0, piece.end_ms / 1000.0, text, _words(result, piece)))
     spoken = reported if reported and language == "auto" else language

@@ -4,8 +4,8 @@ So that code written for OpenAI's transcription API (its official clients, or an
 "base URL" setting) transcribes files on this service unchanged. Uploads share the live
 service's model and scheduler, decoded at ``Priority.FILE`` (below every live decode), with the
 limits of ``transcriptions:`` in the configuration and the service token
-(``server.auth_token``). Errors use OpenAI's shape, ``{"error": {"message", "type", "param",
-"code"}}``, which its clients turn into typed exceptions. See docs/integrations.md.
+(``server.auth_token``). Errors use OpenAI's shape (:mod:`.openai_errors`), which its clients
+turn into typed exceptions. See docs/integrations.md.
 """
 
 from __future__ import annotations
@@ -18,35 +18,28 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
-from kitt_stt.hotwords import Hotword, parse_hotwords
+from kitt_stt.quote import quoted
 from kitt_stt.server.file_transcription import DecodeCancelled, Transcript, transcribe_file
 from kitt_stt.server.multipart_form import BodyTooLarge, FormError, UploadForm, parse_form, read_body
+from kitt_stt.server.openai_errors import PREFIX, ApiError
 from kitt_stt.server.state import ServiceState
 from kitt_stt.server.transcript_formats import ResponseFormat, as_json, as_srt, as_verbose_json, as_vtt
 from kitt_stt.server.upload_audio import AudioTooLong, UnsupportedAudio, decode_upload
+from kitt_stt.server.upload_hotwords import UploadHotwordChanges, prompt_hotwords
 from kitt_stt.text import TextStage
 
 log = logging.getLogger(__name__)
 
 _FORM_SLACK = 64 * 1024  # the other form fields and the multipart framing around the file
-_HOTWORD_SEPARATORS = str.maketrans({"\n": ",", ";": ",", "，": ",", "、": ",", "；": ","})
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
-                 kind: str = "invalid_request_error") -> None:
-        super().__init__(message)
-        self.status, self.message, self.param, self.code, self.kind = status, message, param, code, kind
-
-    def response(self) -> JSONResponse:
-        body = {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
-        return JSONResponse(body, status_code=self.status)
 
 
 def openai_router(state: ServiceState) -> APIRouter:
-    router = APIRouter(prefix="/v1")
+    router = APIRouter(prefix=PREFIX)
     limits = state.config.transcriptions
-    busy = [0]  # uploads being transcribed now (event loop only)
+    # uploads being read or transcribed now (event loop only): the slot is taken before the body
+    # is read, so at most max_concurrent bodies are held in memory; the read deadline frees it
+    busy = [0]
+    hotword_changes = UploadHotwordChanges(limits.hotword_changes)  # one budget for the whole process
 
     @router.get("/models")
     async def models(request: Request) -> Response:
@@ -74,7 +67,7 @@ def openai_router(state: ServiceState) -> APIRouter:
                                "retry shortly", code="rate_limit_exceeded", kind="rate_limit_error")
             busy[0] += 1
             try:
-                return await _transcribe(request, state)
+                return await _transcribe(request, state, hotword_changes)
             finally:
                 busy[0] -= 1
         except ApiError as error:
@@ -83,11 +76,15 @@ def openai_router(state: ServiceState) -> APIRouter:
     return router
 
 
-async def _transcribe(request: Request, state: ServiceState) -> Response:
+async def _transcribe(request: Request, state: ServiceState, hotword_changes: UploadHotwordChanges) -> Response:
     limits = state.config.transcriptions
     try:
-        body = await read_body(request, limits.max_upload_bytes + _FORM_SLACK)
+        body = await asyncio.wait_for(read_body(request, limits.max_upload_bytes + _FORM_SLACK),
+                                      limits.read_timeout_s)
         form = parse_form(request.headers.get("content-type", ""), body)
+    except asyncio.TimeoutError:  # a client trickling its body would hold its slot for ever
+        raise ApiError(408, f"the request body did not arrive within {limits.read_timeout_s:g} s "
+                       "(transcriptions.read_timeout_s)", code="request_timeout") from None
     except BodyTooLarge:
         raise ApiError(413, f"the upload is larger than this server's limit of {limits.max_upload_bytes} bytes "
                        "(transcriptions.max_upload_bytes)", param="file", code="file_too_large") from None
@@ -96,7 +93,7 @@ async def _transcribe(request: Request, state: ServiceState) -> Response:
     filename, data = _file(form, limits.max_upload_bytes)
     response_format = _response_format(form)
     language = _language(form, state)
-    hotwords = _hotwords(form.value("prompt"))
+    hotwords = prompt_hotwords(form.value("prompt"), limits.max_prompt_hotwords)
     try:
         samples = await asyncio.to_thread(decode_upload, data, filename, limits.max_audio_s)
     except UnsupportedAudio as exc:
@@ -107,6 +104,7 @@ async def _transcribe(request: Request, state: ServiceState) -> Response:
                        code="audio_too_long") from None
     engine = state.engine
     if hotwords and engine.info.hotwords:
+        hotword_changes.admit(hotwords)  # before the trie is built
         await asyncio.to_thread(engine.prepare_hotwords, hotwords)
     asr = state.config.asr
     try:
@@ -160,23 +158,9 @@ def _language(form: UploadForm, state: ServiceState) -> str:
     value = form.value("language") or state.config.asr.language
     languages = state.engine.info.languages
     if value not in languages:
-        raise ApiError(400, f"language {value!r} is not supported by this model; use one of {', '.join(languages)}",
-                       param="language", code="unsupported_language")
+        raise ApiError(400, f"language {quoted(value)} is not supported by this model; "
+                       f"use one of {', '.join(languages)}", param="language", code="unsupported_language")
     return value
-
-
-def _hotwords(prompt: str | None) -> tuple[Hotword, ...]:
-    """The prompt as hotwords: one per comma, semicolon or line (``word`` or ``word:boost``, as in
-    the WebSocket protocol). A Whisper-style prose prompt is refused rather than silently
-    ignored, since it would not mean what the client intended."""
-    if not prompt or not prompt.strip():
-        return ()
-    entries = [entry.strip() for entry in prompt.translate(_HOTWORD_SEPARATORS).split(",") if entry.strip()]
-    try:
-        return parse_hotwords(entries)
-    except ValueError as exc:
-        raise ApiError(400, f"prompt is read as hotwords separated by commas or lines: {exc}",
-                       param="prompt", code="invalid_prompt") from None
 
 
 def _render(transcript: Transcript, response_format: ResponseFormat, model: str, words: bool) -> Response:

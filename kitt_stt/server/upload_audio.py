@@ -3,9 +3,10 @@
 WAV only, read by hand: the stdlib ``wave`` module refuses float and WAVE_FORMAT_EXTENSIBLE
 files (what most tools write for 24-bit and multichannel audio), and a decoding library for
 FLAC/MP3/Opus (libsndfile, ffmpeg) is not among the core dependencies, which stay light for the
-car image. Any sample rate and channel count is accepted: channels are averaged and the audio
-resampled with a windowed-sinc polyphase filter. Anything else is refused with a message that
-names the one-line conversion.
+car image. Any channel count is accepted, and any sample rate whose ratio to 16 kHz is a small
+fraction (every standard rate from 8 to 384 kHz): channels are averaged and the audio resampled
+with a windowed-sinc polyphase filter. Anything else is refused with a message that names the
+one-line conversion.
 """
 
 from __future__ import annotations
@@ -15,10 +16,18 @@ from math import gcd
 
 import numpy as np
 
+from kitt_stt.quote import quoted
+
 TARGET_RATE = 16000
 _PCM, _FLOAT, _EXTENSIBLE = 1, 3, 0xFFFE
 _TAPS_PER_PHASE = 16  # filter half-width in output-rate periods: >60 dB stopband above the target Nyquist (tests)
-_CHUNK = 1 << 15  # output samples computed per vectorised step (bounded memory for long files)
+#: The filter has 2 * _TAPS_PER_PHASE * max(up, down) taps for a rate ratio reduced to up/down, so a
+#: rate coprime with 16 kHz (383999 Hz: 12.3M taps, 1 GB and seconds of CPU for 2 s of audio) is
+#: refused; 11025 Hz (640/441) is the largest ratio among the standard rates.
+MAX_RATIO_TERM = 1000
+#: Window elements (output samples x filter phases) per vectorised step: ~24 MB of working memory
+#: whatever the rate, for long files and high rates alike.
+_STEP_ELEMENTS = 1 << 20
 
 
 class UnsupportedAudio(ValueError):
@@ -36,10 +45,11 @@ def decode_upload(data: bytes, filename: str, max_seconds: float | None = None) 
     the file holds more than ``max_seconds``."""
     if data[:4] != b"RIFF" or data[8:12] != b"WAVE":
         kind = _sniff(data)
+        name = quoted(filename) if filename else None
         raise UnsupportedAudio(
-            f"{filename or 'the file'} is {kind}, not a WAV file: this server decodes WAV (PCM or float, "
-            f"any rate and channel count) only. Convert it first, e.g. "
-            f"`ffmpeg -i {filename or 'input'} -ar 16000 -ac 1 out.wav`")
+            f"{name or 'the file'} is {kind}, not a WAV file: this server decodes WAV (PCM or float, "
+            f"any channel count) only. Convert it first, e.g. "
+            f"`ffmpeg -i {name or 'input'} -ar 16000 -ac 1 out.wav`")
     rate, channels, samples = _read_wav(data)
     if max_seconds is not None and samples.shape[0] / rate > max_seconds:
         raise AudioTooLong(samples.shape[0] / rate)
@@ -80,6 +90,13 @@ def _read_wav(data: bytes) -> tuple[int, int, np.ndarray]:
     tag, channels, rate, bits = fmt
     if channels < 1 or not 1000 <= rate <= 384_000:
         raise UnsupportedAudio(f"the WAV header is implausible ({channels} channels, {rate} Hz)")
+    up, down = ratio(rate, TARGET_RATE)
+    if max(up, down) > MAX_RATIO_TERM:
+        raise UnsupportedAudio(
+            f"the sample rate {rate} Hz is not one this server resamples (to 16000 Hz it is {up}/{down}, which needs "
+            f"a filter of {2 * _TAPS_PER_PHASE * max(up, down)} taps): use a standard rate such as 8000, 11025, "
+            f"16000, 22050, 32000, 44100, 48000 or 96000 Hz (any rate whose ratio to 16000 Hz reduces to terms of at "
+            f"most {MAX_RATIO_TERM}), e.g. `ffmpeg -i in.wav -ar 16000 -ac 1 out.wav`")
     samples = _samples(payload, tag, bits)
     frames = samples.shape[0] // channels
     return rate, channels, samples[: frames * channels].reshape(frames, channels)
@@ -104,13 +121,18 @@ def _samples(payload: bytes, tag: int, bits: int) -> np.ndarray:
                            f"or float 32/64-bit), e.g. `ffmpeg -i in.wav -ar 16000 -ac 1 -c:a pcm_s16le out.wav`")
 
 
+def ratio(rate: int, target: int) -> tuple[int, int]:
+    """``target / rate`` in lowest terms, as (up, down)."""
+    divisor = gcd(rate, target)
+    return target // divisor, rate // divisor
+
+
 def resample(signal: np.ndarray, rate: int, target: int) -> np.ndarray:
     """Rational-ratio polyphase resampling with a Kaiser-windowed sinc low-pass at the lower
     Nyquist frequency (so 44.1/48 kHz uploads do not alias into the speech band)."""
     if rate == target or signal.size == 0:
         return signal.astype(np.float32)
-    divisor = gcd(rate, target)
-    up, down = target // divisor, rate // divisor
+    up, down = ratio(rate, target)
     cutoff = 0.5 / max(up, down) * 0.94  # cycles per sample of the up-sampled stream, a little below Nyquist
     half = _TAPS_PER_PHASE * max(up, down)
     taps = np.arange(-half, half + 1)
@@ -123,8 +145,9 @@ def resample(signal: np.ndarray, rate: int, target: int) -> np.ndarray:
     total = signal.size * up // down
     out = np.empty(total, dtype=np.float32)
     reach = np.arange(phases)
-    for start in range(0, total, _CHUNK):
-        n = np.arange(start, min(total, start + _CHUNK))
+    step = max(1, _STEP_ELEMENTS // phases)  # a 384 kHz file has 769 phases, a 48 kHz one 97
+    for start in range(0, total, step):
+        n = np.arange(start, min(total, start + step))
         position = n * down + half  # index into the up-sampled stream, delayed by the filter's centre
         phase, base = position % up, position // up
         window = source[(base + phases)[:, None] - reach[None, :]]

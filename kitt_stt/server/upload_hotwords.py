@@ -1,0 +1,60 @@
+"""An upload's ``prompt`` as hotwords, bounded in size and in how often it may change.
+
+Each new hotword list costs a trie build (CPU that holds the GIL) and a place in the engine's
+trie cache (``asr.hotword_cache_size``), shared with the live sessions: unbounded, a dozen
+uploads with fresh 1000-word prompts built a dozen tries and evicted the tries the cars were
+using. So a prompt holds at most ``transcriptions.max_prompt_hotwords`` entries (400 beyond),
+and uploads share one process-wide budget (``transcriptions.hotword_changes``) charged when a
+prompt's list differs from the previous upload's (429 beyond), as a WebSocket connection's
+``server.hotword_changes`` is for its own lists. A batch job that sends one prompt with every
+file pays once.
+"""
+
+from __future__ import annotations
+
+from kitt_stt.config.schema import HotwordChangeBudget
+from kitt_stt.hotwords import Hotword, parse_hotwords
+from kitt_stt.pipeline.rate_limit import TokenBucket
+from kitt_stt.server.openai_errors import ApiError
+
+_SEPARATORS = str.maketrans({"\n": ",", ";": ",", "，": ",", "、": ",", "；": ","})
+
+
+def prompt_hotwords(prompt: str | None, limit: int) -> tuple[Hotword, ...]:
+    """The prompt as hotwords: one per comma, semicolon or line (``word`` or ``word:boost``, as in
+    the WebSocket protocol). A Whisper-style prose prompt is refused rather than silently
+    ignored, since it would not mean what the client intended; so is a list longer than ``limit``,
+    counted before any entry is parsed."""
+    if not prompt or not prompt.strip():
+        return ()
+    entries = [entry.strip() for entry in prompt.translate(_SEPARATORS).split(",") if entry.strip()]
+    if len(entries) > limit:
+        raise ApiError(400, f"prompt holds {len(entries)} hotwords; this server takes at most {limit} per upload "
+                       "(transcriptions.max_prompt_hotwords)", param="prompt", code="too_many_hotwords")
+    try:
+        return parse_hotwords(entries)
+    except ValueError as exc:
+        raise ApiError(400, f"prompt is read as hotwords separated by commas or lines: {exc}",
+                       param="prompt", code="invalid_prompt") from None
+
+
+class UploadHotwordChanges:
+    """The process-wide budget for uploads' hotword lists (event loop only: no lock)."""
+
+    def __init__(self, budget: HotwordChangeBudget) -> None:
+        self._budget = budget
+        self._bucket = TokenBucket(budget.burst, budget.per_s)
+        self._last: tuple[Hotword, ...] = ()
+
+    def admit(self, hotwords: tuple[Hotword, ...]) -> None:
+        """Free when ``hotwords`` is empty or the previous upload's list; else takes a token, and
+        without one refuses the upload (429) before anything is built."""
+        if not hotwords or hotwords == self._last:
+            return
+        if not self._bucket.allow(1.0):
+            budget = self._budget
+            raise ApiError(429, f"uploads may bring a new hotword list (prompt) {budget.burst} times at once, then "
+                           f"once every {1.0 / budget.per_s:g} s, for the whole server "
+                           "(transcriptions.hotword_changes); retry later or reuse the previous prompt",
+                           param="prompt", code="rate_limit_exceeded", kind="rate_limit_error")
+        self._last = hotwords
