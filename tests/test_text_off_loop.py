@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
@@ -120,9 +121,12 @@ async def test_a_hung_worker_fails_its_calls_in_time_and_is_replaced_once(caplog
     try:
         worker.start()
         pid = stopped(worker)
-        calls = [worker.normalize(f"{number}度", TextLanguage.ZH) for number in ("二十", "三十", "四十")]
+        first = asyncio.ensure_future(worker.normalize("二十度", TextLanguage.ZH))
+        await asyncio.sleep(0.25)  # two more queue behind it, and are still waiting when it times out
+        calls = [first, *(worker.normalize(f"{number}度", TextLanguage.ZH) for number in ("三十", "四十"))]
         results = await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), 10)  # not for ever
-        assert all(isinstance(result, Exception) for result in results), results
+        assert isinstance(results[0], TimeoutError), results
+        assert all(isinstance(result, BrokenProcessPool) for result in results[1:]), results  # failed, not cancelled
         assert [r.message for r in caplog.records if "took over" in r.message] == [
             "the ITN worker took over 0.5 s on one text; killing it and starting a new one "
             "(texts meanwhile go out without ITN)"]  # once, for the three calls

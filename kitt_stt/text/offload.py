@@ -143,8 +143,8 @@ class ItnWorker:
         _stop(pool, wait_s=0.0)
 
     def close(self) -> None:
-        """Stop the process: queued texts are cancelled, the one in progress may finish for up to
-        the call timeout (then the process is killed, so the server's exit never waits on it)."""
+        """Stop the process: texts still queued there get up to the call timeout, then it is
+        killed (they fail, and go out without ITN), so the server's exit never waits on it."""
         with self._lock:
             pool, self._pool = self._pool, None
         if pool is not None:
@@ -154,9 +154,11 @@ class ItnWorker:
 
 def _stop(pool: ProcessPoolExecutor, wait_s: float) -> None:
     """Shut ``pool`` down without waiting on a process that does not exit: it gets ``wait_s`` to
-    finish, then SIGKILL (it ignores SIGTERM, see :func:`_start_worker`)."""
+    finish, then SIGKILL (it ignores SIGTERM, see :func:`_start_worker`). Queued calls are not
+    cancelled: a cancelled future would cancel the session task awaiting it; after the kill they
+    fail with ``BrokenProcessPool``, which their callers handle."""
     processes = list((pool._processes or {}).values())  # private: the executor has no public handle
-    pool.shutdown(wait=False, cancel_futures=True)
+    pool.shutdown(wait=False)
     deadline = time.monotonic() + wait_s
     for process in processes:
         multiprocessing.connection.wait([process.sentinel], max(0.0, deadline - time.monotonic()))
