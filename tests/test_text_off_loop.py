@@ -148,12 +148,7 @@ async def test_a_failing_worker_costs_a_woken_command_its_numbers_only(monkeypat
         pid = stopped(worker)
         monkeypatch.setattr("kitt_stt.text.stage.shared_worker", lambda: worker)
         stage = TextStage(wake=WakeSettings(mode=WakeMode.REQUIRED, phrases=("你好小凯",)))
-        turn = Turn(start_ms=0, stage=stage)
-        for segment_id, text in ((1, "你好小凯"), (2, "空调调到二十六度")):
-            turn.segment_ids.append(segment_id)
-            turn.texts[segment_id] = text
-            turn.staged_finals[segment_id] = stage.interim(text, "zh", detect_wake=turn.at_start(segment_id))
-            turn.langs.add("zh")
+        turn = woken_turn(stage, "空调调到二十六度")
         final, _ = await asyncio.wait_for(asyncio.gather(  # both wait on the hung worker
             stage.final_off_loop("你好小凯空调调到二十六度", "zh"), turn.stage_off_loop()), 10)
         assert final.text == "空调调到二十六度" and final.wake is not None  # no ITN, the wake kept
@@ -180,6 +175,36 @@ async def test_a_real_server_normalises_in_its_worker_process_in_order(tmp_path,
     for seat in seats:
         assert_normalised_in_order([f for f in frames if f.get("seat") == seat])
     assert len(workers) == 1, workers  # the server's one ITN process did it
+
+
+def woken_turn(stage: TextStage, command: str) -> Turn:
+    """A turn of two finals as the seat sends them: the wake phrase alone, then ``command``."""
+    turn = Turn(start_ms=0, stage=stage)
+    for segment_id, text in ((1, "你好小凯"), (2, command)):
+        turn.segment_ids.append(segment_id)
+        turn.texts[segment_id] = text
+        turn.staged_finals[segment_id] = stage.interim(text, "zh", detect_wake=turn.at_start(segment_id))
+        turn.langs.add("zh")
+    return turn
+
+
+@pytest.mark.parametrize("command", ["打开车门", "打开车门" * 60])  # restaged as one; too long: joined as sent
+async def test_a_turn_whose_restaging_fails_commits_its_finals_with_their_wake(command: str, monkeypatch) -> None:
+    """Whatever fails in the stage, the turn falls back to its finals as they were sent: the wake
+    match the first one carried still makes the turn a woken command (``commit``), neither
+    ``no_wake`` (it used to be the raw text) nor ``wake_only`` (the first final's own ``rest``)."""
+    stage = TextStage(wake=WakeSettings(mode=WakeMode.REQUIRED, phrases=("你好小凯",)))
+
+    async def broken(*args: object, **kwargs: object) -> StagedText:
+        raise RuntimeError("the text stage failed")
+
+    monkeypatch.setattr(stage, "final_off_loop", broken)
+    turn = woken_turn(stage, command)
+    await turn.stage_off_loop()
+    staged = turn.staged()
+    assert staged.text == command and staged.wake is not None and staged.wake.rest == command
+    decision = WakeGate().decide(stage.wake_settings, staged, 0, 1000)
+    assert decision is not None and decision.action is TurnAction.COMMIT, decision
 
 
 def itn_workers(pid: int) -> dict[int, str]:

@@ -22,7 +22,7 @@ import logging
 import time
 from bisect import bisect_right
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kitt_stt.pipeline.eot import CommitReason, Decision, EotPolicy, TurnContext
 from kitt_stt.protocol.frames import (
@@ -121,12 +121,12 @@ class Turn:
         return None
 
     def as_sent(self, finals: tuple[int, ...] | None = None) -> StagedText:
-        """The finals (by default every one sent so far) joined as they were sent, wake match included."""
+        """The finals (by default all sent so far) joined as sent; the wake match's ``rest`` is that text."""
         sent = [self.staged_finals[sid] for sid in (self._finals() if finals is None else finals)]
         if len(sent) == 1:
             return sent[0]
-        wake = next((final.wake for final in sent if final.wake is not None), None)
-        return StagedText(join_texts(final.text for final in sent), wake)
+        text, wake = join_texts(final.text for final in sent), next((f.wake for f in sent if f.wake), None)
+        return StagedText(text, None if wake is None else replace(wake, rest=text))
 
 
 def join_texts(parts: Iterable[str]) -> str:
