@@ -161,9 +161,8 @@ def _stop(pool: ProcessPoolExecutor, wait_s: float) -> None:
     pool.shutdown(wait=False)
     deadline = time.monotonic() + wait_s
     for process in processes:
-        multiprocessing.connection.wait([process.sentinel], max(0.0, deadline - time.monotonic()))
-        if process.exitcode is None:
-            process.kill()
+        if not multiprocessing.connection.wait([process.sentinel], max(0.0, deadline - time.monotonic())):
+            process.kill()  # still running (its sentinel is ready once it exits; the pool's thread reaps it)
 
 
 _shared = ItnWorker()
