@@ -155,14 +155,15 @@ def test_quoted_shows_at_most_64_characters() -> None:
 
 
 def test_hotword_changes_are_budgeted_and_the_list_in_force_is_free() -> None:
-    changes = HotwordChanges(HotwordChangeBudget(per_s=0.001, burst=2), ["a"])
-    changes.admit(["a"])  # the configured list: no change
-    for words in (["b"], ["c"]):
-        changes.admit(words)
-        changes.applied(words)
-    changes.admit(["c"])  # in force: free
+    changes = HotwordChanges(HotwordChangeBudget(per_s=0.001, burst=2), ["a"], (Hotword("a"),))
+    assert changes.given(["a"]) is None  # the configured list as written: not parsed again
+    assert not changes.charge((Hotword("a"),))  # the decode list in force: free
+    for word in ("b", "c"):
+        assert changes.given([word]) == [word] and changes.charge((Hotword(word),))
+        changes.applied([word], (Hotword(word),))
+    assert not changes.charge((Hotword("c"),))  # in force: free
     with pytest.raises(ProtocolError) as refused:
-        changes.admit(["d"])
+        changes.charge((Hotword("c"), Hotword("wake phrase")))  # a new wake phrase changes the decode list
     assert refused.value.code is ErrorCode.RATE_LIMITED and "server.hotword_changes" in refused.value.message
 
 

@@ -22,7 +22,7 @@ import logging
 import time
 from bisect import bisect_right
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kitt_stt.asr.language import TurnLanguage
 from kitt_stt.pipeline.eot import CommitReason, Decision, EotPolicy, TurnContext
@@ -89,14 +89,14 @@ class Turn:
         if self._staged is not None and self._staged[0] == finals:
             return self._staged[1]
         restage = self._restage(finals)
-        staged = self.stage.final(*restage, self.engine_itn) if restage else self._as_sent(finals)
+        staged = self.stage.final(*restage, self.engine_itn) if restage else self.as_sent(finals)
         self._staged = (finals, staged)
         return staged
 
     async def stage_off_loop(self) -> None:
         """:meth:`staged`, with ITN in the text stage's worker process: awaited before the turn's
-        decision and its flush, so ``turn_eager`` and the commit find it ready. A fault there
-        commits the text as recognised (it must not cost the turn its commit)."""
+        decision and its flush, so ``turn_eager`` and the commit find it ready. A fault there commits
+        the finals as sent, wake and all (it must not cost the turn its commit, nor a command its wake)."""
         finals = self._finals()
         restage = self._restage(finals)
         if restage is None or (self._staged is not None and self._staged[0] == finals):
@@ -104,8 +104,8 @@ class Turn:
         try:
             staged = await self.stage.final_off_loop(*restage, self.engine_itn)
         except Exception:
-            log.exception("text stage failed on a turn; committing the text as recognised")
-            staged = StagedText(self.text())
+            log.exception("text stage failed on a turn; committing its finals as they were sent")
+            staged = self.as_sent(finals)
         self._staged = (finals, staged)
 
     def _finals(self) -> tuple[int, ...]:
@@ -122,12 +122,13 @@ class Turn:
             return text, lang
         return None
 
-    def _as_sent(self, finals: tuple[int, ...]) -> StagedText:
-        if len(finals) == 1:
-            return self.staged_finals[finals[0]]
-        sent = [self.staged_finals[sid] for sid in finals]
-        wake = next((final.wake for final in sent if final.wake is not None), None)
-        return StagedText(join_texts(final.text for final in sent), wake)
+    def as_sent(self, finals: tuple[int, ...] | None = None) -> StagedText:
+        """The finals (by default all sent so far) joined as sent; the wake match's ``rest`` is that text."""
+        sent = [self.staged_finals[sid] for sid in (self._finals() if finals is None else finals)]
+        if len(sent) == 1:
+            return sent[0]
+        text, wake = join_texts(final.text for final in sent), next((f.wake for f in sent if f.wake), None)
+        return StagedText(text, None if wake is None else replace(wake, rest=text))
 
 
 def join_texts(parts: Iterable[str]) -> str:
@@ -352,13 +353,13 @@ class TurnTracker:
                              audio_ms=audio_ms))
 
     def _staged(self, turn: Turn) -> StagedText:
-        """The turn through the text stage; its text as recognised if the stage fails (a fault there
-        must not cost the turn its commit)."""
+        """The turn through the text stage; its finals as they were sent if the stage fails (a fault
+        there must not cost the turn its commit, nor a woken command its wake)."""
         try:
             return turn.staged()
         except Exception:
-            log.exception("text stage failed on a turn; committing the text as recognised")
-            return StagedText(turn.text())
+            log.exception("text stage failed on a turn; committing its finals as they were sent")
+            return turn.as_sent()
 
     def _commit(self, turn: Turn, decision: Decision) -> None:
         staged = self._staged(turn)

@@ -40,6 +40,7 @@ from kitt_stt.server.connection import CLOSE_TRY_AGAIN_LATER, Connection
 from kitt_stt.server.openai_errors import install_error_handlers
 from kitt_stt.server.openai_routes import openai_router
 from kitt_stt.server.state import ServiceState
+from kitt_stt.text.offload import shared_worker
 from kitt_stt.turnsense.runner import TurnModelRunner
 
 log = logging.getLogger(__name__)
@@ -87,6 +88,7 @@ def create_app(config: AppConfig, engine: AsrEngine | EnginePlan, turn_model: Tu
             await state.drain(config.server.shutdown_grace_s)
             warm.cancel()
             await asyncio.to_thread(scheduler.stop, 2.0)  # off the loop, one deadline for all workers
+            await asyncio.to_thread(shared_worker().close)  # the drained finals needed it; nothing does now
             if turn_model is not None:
                 turn_model.close()
             if writer is not None:

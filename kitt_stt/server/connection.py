@@ -97,7 +97,7 @@ class Connection:
         self._pacer = MessagePacer(server.max_messages_per_s)
         self._byte_pacer = TokenBucket(server.max_read_bytes_per_s, server.max_read_bytes_per_s)  # bytes, likewise
         self._bytes_paid_at = 0.0
-        self._hotword_changes = HotwordChanges(server.hotword_changes, asr.hotwords)
+        self._hotword_changes = HotwordChanges(server.hotword_changes, asr.hotwords, self._settings.decode_hotwords())
         self._finished = asyncio.Event()
         self._closing = False  # the socket is going away: stop reading
         self._draining = False  # seats are being flushed: read and discard
@@ -329,18 +329,17 @@ class Connection:
             self.send(PongFrame(id=frame.id))
 
     async def _on_settings(self, frame: StartFrame | ConfigureFrame) -> None:
-        changed = self._hotword_changes.admit(frame.hotwords)
-        settings = self._updated_settings(frame.language, frame.interim, changed, frame.eager)
+        given = self._hotword_changes.given(frame.hotwords)
+        settings = self._updated_settings(frame.language, frame.interim, given, frame.eager)
         if frame.wake is not None or frame.text is not None:
             settings = settings.updated(stage=updated_stage(self._settings.stage, frame.wake, frame.text))
         if frame.languages is not None:
             settings = settings.updated(languages=checked_languages(frame.languages, self._state.engine.info.languages))
-        if (changed is not None or frame.wake is not None) and self._state.engine.info.hotwords:
-            hotwords = settings.decode_hotwords()  # wake phrases are hotwords too
-            if hotwords and hotwords != self._settings.decode_hotwords():
-                await self._prepare_hotwords(hotwords)
+        decoding = settings.decode_hotwords()  # wake phrases are hotwords too: charged once the frame is valid
+        if self._hotword_changes.charge(decoding) and decoding and self._state.engine.info.hotwords:
+            await self._prepare_hotwords(decoding)
         self._settings = settings
-        self._hotword_changes.applied(changed)
+        self._hotword_changes.applied(given, decoding)
         if isinstance(frame, StartFrame):
             if frame.client:
                 log.info("session %s: client %s", self.session_id, quoted(frame.client))

@@ -1,37 +1,49 @@
-"""A connection's budget for changing its hotwords (``server.hotword_changes``).
+"""A connection's budget for changing the hotwords it decodes with (``server.hotword_changes``).
 
-Every new hotword list costs a trie build (CPU that holds the GIL while every other session
+Every new decode list costs a trie build (CPU that holds the GIL while every other session
 waits), so a client re-sending large lists could slow everyone (issue 19: another session's ping
-p99 went from 1.7 ms to 41.7 ms).  A list equal to the one in force is free; a different one
-takes a token, and a frame over budget is refused whole with ``rate_limited``.
+p99 went from 1.7 ms to 41.7 ms).  The list that counts is the one decoding uses: the session's
+hotwords *and* its wake phrases (:meth:`SessionSettings.decode_hotwords`), so changing only
+``wake.phrases`` costs a token as a new ``hotwords`` list does.  A frame whose list equals the one in
+force is free; a different one takes a token, once the frame is known to be valid (an invalid one
+costs nothing), and a frame over budget is refused whole with ``rate_limited``.
 """
 
 from __future__ import annotations
 
 from kitt_stt.config.schema import HotwordChangeBudget
+from kitt_stt.hotwords import Hotword
 from kitt_stt.pipeline.rate_limit import TokenBucket
 from kitt_stt.protocol.errors import ErrorCode, ProtocolError
 
 
 class HotwordChanges:
-    def __init__(self, budget: HotwordChangeBudget, in_force: list[str]) -> None:
+    def __init__(self, budget: HotwordChangeBudget, hotwords: list[str], decoding: tuple[Hotword, ...]) -> None:
         self._budget = budget
         self._bucket = TokenBucket(budget.burst, budget.per_s)
-        self._in_force = tuple(in_force)
+        self._given = tuple(hotwords)  # the client's list as written, to skip parsing it again
+        self._in_force = decoding
 
-    def admit(self, hotwords: list[str] | None) -> list[str] | None:
-        """The hotwords a frame changes to, or None when it leaves them (absent, or the list in force:
-        not even parsed again); refused (``rate_limited``) beyond the budget."""
-        if hotwords is None or tuple(hotwords) == self._in_force:
-            return None
+    def given(self, hotwords: list[str] | None) -> list[str] | None:
+        """The hotwords a frame gives, or None when it leaves them (absent, or the list in force as
+        written: not even parsed again)."""
+        return None if hotwords is None or tuple(hotwords) == self._given else hotwords
+
+    def charge(self, decoding: tuple[Hotword, ...]) -> bool:
+        """Whether a validated frame's decode list differs from the one in force (it then took a
+        token); refused (``rate_limited``) beyond the budget."""
+        if decoding == self._in_force:
+            return False
         if not self._bucket.allow(1.0):
             budget = self._budget
             raise ProtocolError(ErrorCode.RATE_LIMITED,
-                                f"hotwords may change {budget.burst} times at once, then once every "
-                                f"{1.0 / budget.per_s:g} s (server.hotword_changes); this frame was not applied")
-        return hotwords
+                                f"hotwords (wake phrases included) may change {budget.burst} times at once, "
+                                f"then once every {1.0 / budget.per_s:g} s (server.hotword_changes); "
+                                "this frame was not applied")
+        return True
 
-    def applied(self, hotwords: list[str] | None) -> None:
+    def applied(self, hotwords: list[str] | None, decoding: tuple[Hotword, ...]) -> None:
         """The frame's settings are in force now."""
         if hotwords is not None:
-            self._in_force = tuple(hotwords)
+            self._given = tuple(hotwords)
+        self._in_force = decoding

@@ -90,11 +90,16 @@ class TextStage:
                              detect_wake: bool = True) -> StagedText:
         """:meth:`final`, with ITN in the worker process, so the event loop goes on meanwhile;
         the cheap steps stay on it (~50 µs for a command, a few ms for a long text with the
-        largest wake configuration)."""
+        largest wake configuration). When the worker fails this text (it died, hung or raised;
+        it logs why), the text goes on without ITN: the cheap steps' result, wake match and all,
+        so a woken command is still a woken command."""
         before = self._before_itn(text, lang, engine_itn, detect_wake)
         if before.language is None:
             return before.staged
-        written = await shared_worker().normalize(before.staged.text, before.language, self._itn.params)
+        try:
+            written = await shared_worker().normalize(before.staged.text, before.language, self._itn.params)
+        except Exception:
+            written = before.staged.text
         return self._after_itn(before, written)
 
     def _before_itn(self, text: str, lang: str | None, engine_itn: bool, detect_wake: bool) -> _BeforeItn:
