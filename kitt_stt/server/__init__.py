@@ -2,4 +2,5 @@
 its outbound queue (``outbox``), audio-frame checks (``audio_checks``), text-stage updates
 (``stage_updates``), the hotword-change budget (``hotword_changes``) and failure reporting
 (``failures``); the FastAPI app with health endpoints (``app``), bearer-token checks (``auth``),
-the API docs (``api_docs``), and uvicorn with graceful drain (``runner``)."""
+the API docs (``api_docs``), uvicorn with graceful drain (``runner``) and its WebSocket protocol
+that can reset a client that leaves bytes unread (``ws_transport``)."""
