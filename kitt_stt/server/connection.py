@@ -60,6 +60,7 @@ from kitt_stt.server.hotword_changes import HotwordChanges
 from kitt_stt.server.outbox import Outbox, OutboxLimits, Outgoing, Overflow
 from kitt_stt.server.stage_updates import updated_stage
 from kitt_stt.server.state import ServiceState
+from kitt_stt.server.ws_transport import reset_unread
 from kitt_stt.text import TextStage
 
 log = logging.getLogger(__name__)
@@ -129,11 +130,14 @@ class Connection:
         self._aborting = asyncio.get_running_loop().create_task(self._abort())
 
     async def _abort(self) -> None:
-        """Close a slow consumer; then stop its reader if the client's close does not end it in time."""
+        """Close a slow consumer, stop its reader if its close does not end it, reset what it leaves unread."""
         await self._close_socket(CLOSE_TRY_AGAIN_LATER, ErrorCode.SLOW_CONSUMER.value)
+        read_by = asyncio.get_running_loop().time() + self._config.server.send_stall_s  # then reset_unread
         if self._reader is not None:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.shield(self._reader), self._config.server.send_stall_s)
+        await reset_unread(self._ws.scope, self.session_id, read_by)
+        if self._reader is not None:
             self._reader.cancel()
 
     async def _send_traced(self, item: Outgoing) -> None:

@@ -5,7 +5,8 @@ not make the server hold its answers without bound: past ``server.outbound_queue
 frames or ``server.max_outbox_bytes`` bytes queued, or when the socket has taken nothing for
 ``server.send_stall_s`` seconds, the outbox overflows once.  Then what is still queued is
 dropped (it would never be read), ``on_overflow`` is told why and how many bytes went, and the
-session closes it (``slow_consumer``, docs/protocol.md).  Other sessions lose nothing: each has its own outbox.
+session closes it (``slow_consumer``, docs/protocol.md) and resets the connection if the
+client still leaves bytes unread (``ws_transport``).  Other sessions lose nothing: each has its own outbox.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 uvicorn's own shutdown closes WebSockets without letting the application speak.  Here the
 first signal starts a drain: new sessions are refused (``/readyz`` 503, WebSocket close
 1013), every open seat is flushed (final + commit with reason ``stop``) and closed with 1000;
-only then does uvicorn exit.  A second signal exits at once.
+only then does uvicorn exit.  A second signal exits at once.  WebSockets run on
+``ws_transport``'s protocol, so a slow consumer's connection can be reset rather than kept open.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from fastapi import FastAPI
 
 from kitt_stt.observability.redact import redact_handlers
 from kitt_stt.server.state import ServiceState
+from kitt_stt.server.ws_transport import ResettableWebSocketProtocol
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +58,7 @@ def run(app: FastAPI, host: str, port: int, max_message_bytes: int, log_level: s
     state: ServiceState = app.state.service
     state.freeze_gc_when_ready = True
     config = uvicorn.Config(
-        app, host=host, port=port, ws="websockets-sansio", ws_max_size=max_message_bytes,
+        app, host=host, port=port, ws=ResettableWebSocketProtocol, ws_max_size=max_message_bytes,
         log_level=log_level.lower(), lifespan="on", timeout_graceful_shutdown=5,
     )
     redact_handlers()  # uvicorn.Config has just set up its loggers' handlers
