@@ -2,10 +2,11 @@
 
 The recording (``tests/fixtures/golden/multi_seat_tone.json``) was made by this test on the seat
 pipeline as it stands before it is split into its rooms (issue 21), so the split can be shown to
-change nothing a client can see. The script runs four seats on one connection: two turns each, one turn with a pause inside
-(two segments, one commit), a seat on client VAD, and a seat finalized mid-speech. Audio goes at
-half real time, so every interim is asked for by audio time (its wall-time gate has always passed)
-and every tone decode ends before the next frame: the frames are the same on every run.
+change nothing a client can see. The script runs four seats on one connection: two turns each, one
+turn with a pause inside (two segments, one commit), a seat on client VAD, and a seat finalized
+mid-speech. Audio goes at half real time, so every interim is asked for by audio time (its
+wall-time gate has always passed) and every tone decode ends before the next frame: the frames are
+the same on every run.
 
 Compared per seat, in order, without the fields that measure time on the wall clock (latencies,
 queue and decode times, the decision's waits). Re-record with ``KITT_STT_GOLDEN_RECORD=1`` only for

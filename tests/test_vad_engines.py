@@ -15,7 +15,7 @@ from kitt_stt.audio.silero import SileroDetector, load_silero
 from kitt_stt.audio.vad import SpeechAudio, SpeechEnded, SpeechStarted, VadSegmenter, VadState
 from kitt_stt.audio.wavfile import read_wav_16k_mono
 from kitt_stt.config.schema import VadConfig
-from kitt_stt.models import silero_release
+from kitt_stt.models import pypi, silero_release
 from kitt_stt.models.pypi import FetchError
 from tests.conftest import installed
 from tests.helpers import tone_pcm
@@ -128,7 +128,7 @@ def test_silero_wheel_that_does_not_match_its_pin_installs_nothing(tmp_path: Pat
     with zipfile.ZipFile(wheel, "w") as archive:
         archive.writestr(silero_release.MEMBER, b"not the model")
         archive.writestr(silero_release.LICENSE_MEMBER, b"MIT")
-    monkeypatch.setattr(silero_release, "pip_download", lambda requirement, dest: wheel)
+    monkeypatch.setattr(pypi, "pip_download", lambda requirement, dest: wheel)
     out = tmp_path / "out"
     with pytest.raises(FetchError, match="sha256"):
         silero_release.fetch_silero_vad(out)
