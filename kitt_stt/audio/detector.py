@@ -23,8 +23,9 @@ FRAME_SAMPLES = SAMPLE_RATE * FRAME_MS // 1000
 #: there for noise, and must not cut short the hangover that webrtcvad keeps across a word's stop
 #: closures and short gaps (in a quiet room the gate then changes nothing) ...
 GATE_HOLD_FRAMES = 100 // FRAME_MS
-#: ... where speech means this many frames in a row above the gate: a lone loud frame of noise
-#: (brown noise fluctuates slowly) must not hand the next 100 ms to an engine that hears noise as speech
+#: ... where speech means this many frames in a row above the gate that the engine also calls speech:
+#: a lone loud frame of noise (brown noise fluctuates slowly), or a bump the engine itself rejects,
+#: must not hand the next 100 ms to an engine that hears noise as speech
 GATE_HOLD_AFTER_FRAMES = 3
 
 
@@ -39,7 +40,7 @@ class SpeechDetector(ABC):
         # out of the noise floor, or the floor would sit below the noise for a whole window
         self._settle_frames = -(-self._highpass.delay_samples // FRAME_SAMPLES) if self._highpass else 0
         self._heard_frames = 0
-        self._above_run = 0  # frames in a row above the gate
+        self._above_run = 0  # frames in a row above the gate and voiced
         self._gate_hold = 0  # frames the engine's decision still counts after such a run ended
         #: the last frame's level over the noise floor in dB (for the benchmark and tracing)
         self.last_margin_db = 0.0
@@ -55,7 +56,7 @@ class SpeechDetector(ABC):
         level = level_db(heard)
         self.last_margin_db = level - self._floor.update(level)
         if self.last_margin_db >= self._gate_db:
-            self._above_run += 1
+            self._above_run = self._above_run + 1 if voiced else 0  # speech: loud, and the engine agrees
             if self._above_run >= GATE_HOLD_AFTER_FRAMES:
                 self._gate_hold = GATE_HOLD_FRAMES
             return voiced
