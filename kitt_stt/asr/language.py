@@ -75,10 +75,6 @@ class LazyDetector(Generic[T]):
                 built = self._built
         return built
 
-    @property
-    def built(self) -> bool:
-        return self._built is not None
-
 
 class TurnLanguage:
     """The language a turn's segments decode in, once its first segment decided one."""
