@@ -6,12 +6,22 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 
+from kitt_stt.asr.engine import AsrRequest, DecodeOptions
 from kitt_stt.asr.language import LanguageGuess, SegmentLanguage, TurnLanguage, restricted_guess
+from kitt_stt.asr.ort_sense_voice import OrtSenseVoiceEngine
+from kitt_stt.asr.sense_voice_model import load_sense_voice_model
+from kitt_stt.asr.sherpa_sense_voice import SherpaSenseVoiceEngine
+from kitt_stt.asr.sherpa_whisper import SherpaWhisperEngine
+from kitt_stt.asr.whisper_language import WhisperLanguageDetector
+from kitt_stt.asr.whisper_model import load_whisper_model
 from kitt_stt.audio.wavfile import read_wav_16k_mono
 from kitt_stt.client.session import connect
+from kitt_stt.config.schema import AsrConfig
+from kitt_stt.pipeline.settings import SessionSettings
 from tests.helpers import collect_until, of_type, run_server, send_pcm, silence, tone_pcm
 
 SPEECH = Path(__file__).parent / "fixtures" / "speech"
@@ -131,7 +141,7 @@ def test_whisper_auto_detects_english_and_mandarin_within_the_set(tmp_path: Path
     """whisper-base alone reads these speakers as Thai; restricted to zh/en each comes back in its language."""
     overrides = {"asr": {"model": "whisper-base"}, "interim": {"enabled": False}}
 
-    async def scenario(url: str) -> None:
+    async def scenario(url: str, url_http: str) -> None:
         english = read_wav_16k_mono(SPEECH / "en_open_the_car_door_please.wav").tobytes()
         mandarin = read_wav_16k_mono(SPEECH / "zh_da_kai_che_men.wav").tobytes()
         final = await _final(url, english, language="auto")
@@ -140,6 +150,90 @@ def test_whisper_auto_detects_english_and_mandarin_within_the_set(tmp_path: Path
         assert final["lang"] == "zh" and "车门" in final["text"], final
         restricted = await _final(url, mandarin, language="auto", languages=["en"])
         assert restricted["lang"] == "en" and restricted["lang_probability"] == 1.0, restricted
+        # an upload detects within asr.auto_languages too (it asked for all 99 and read this as Thai)
+        reply = await asyncio.to_thread(httpx.post, f"{url_http}/v1/audio/transcriptions", timeout=120,
+                                        files={"file": ("zh.wav", (SPEECH / "zh_da_kai_che_men.wav").read_bytes())},
+                                        data={"language": "auto", "response_format": "verbose_json"})
+        assert reply.status_code == 200 and reply.json()["language"] == "zh", reply.text
 
     with run_server(tmp_path, model_cache, overrides) as server:
-        asyncio.run(scenario(server.url))
+        asyncio.run(scenario(server.url, server.http))
+
+
+def test_a_turn_language_outside_a_narrowed_set_is_not_reused() -> None:
+    """A configure that narrows ``languages`` mid-turn: the next segment detects within the new set."""
+    turn = TurnLanguage()
+    wide = SessionSettings(languages=("zh", "en")).decode_options(turn).segment_language
+    assert wide is not None
+    assert wide.resolve(np.zeros(200, dtype=np.int16), lambda _a: LanguageGuess("en", 0.9)).lang == "en"
+    narrow = SessionSettings(languages=("zh", "ja"))
+    short = narrow.decode_options(turn).segment_language
+    assert short is not None
+    assert short.resolve(np.zeros(50, dtype=np.int16), lambda _a: LanguageGuess("ja", 0.6)).lang == "ja"
+    long = TurnLanguage()
+    long.settle(LanguageGuess("en", 0.9))
+    segment = long.segment(0.25, 100, allowed=("zh", "ja"))
+    assert segment.resolve(np.zeros(200, dtype=np.int16), lambda _a: LanguageGuess("zh", 0.5)).lang == "zh"
+    assert long.guess == LanguageGuess("zh", 0.5)  # the turn follows: en is no longer allowed
+
+
+def _tone_samples(text: str) -> np.ndarray:
+    return np.frombuffer(tone_pcm(text, tail_ms=300), dtype="<i2").copy()
+
+
+def test_ort_sense_voice_decides_on_an_unforced_language_query(model_cache: Path) -> None:
+    """The tone model's frame 0 copies a forced language: forcing the early guess (the turn's en) made
+    the 1 s decision repeat it, so a turn could never switch. Before the decision the query runs free."""
+    engine = OrtSenseVoiceEngine(load_sense_voice_model(model_cache / "tone", prefer_int8=True), "sense_voice",
+                                 AsrConfig())
+    audio = _tone_samples("打开车门打开车门")
+    assert audio.shape[0] >= 16000
+    turn = TurnLanguage()
+    turn.settle(LanguageGuess("en", 0.3))
+    so_far = {"audio": audio[:8000]}
+    segment = turn.segment(0.25, audio=lambda: so_far["audio"])
+    options = DecodeOptions(language="auto", languages=("zh", "en"), segment_language=segment)
+    early = engine.decode_batch([AsrRequest(so_far["audio"], options)])[0]
+    assert early.lang == "en" and segment.decided is None  # the turn's language, masked; nothing decided
+    so_far["audio"] = audio
+    deciding = engine.decode_batch([AsrRequest(audio[8000:], options)])[0]
+    assert deciding.lang == "zh" and segment.decided is not None and segment.decided.lang == "zh", deciding
+    assert turn.guess is not None and turn.guess.lang == "zh"
+
+
+def test_sherpa_sense_voice_builds_its_detector_only_when_auto_has_a_choice(model_cache: Path) -> None:
+    model = load_sense_voice_model(model_cache / "tone", prefer_int8=True)
+    built: list[int] = []
+
+    def detector() -> OrtSenseVoiceEngine:
+        built.append(1)
+        return OrtSenseVoiceEngine(model, "sense_voice", AsrConfig())
+
+    engine = SherpaSenseVoiceEngine(model, "sense_voice", detector=detector)
+    audio = _tone_samples("打开车门")
+    assert built == []
+    only = engine.decode_batch([AsrRequest(audio, DecodeOptions(language="auto", languages=("en",)))])[0]
+    assert only.lang == "en" and only.lang_probability == 1.0 and built == []  # one language: nothing to detect
+    engine.decode_batch([AsrRequest(audio, DecodeOptions(language="zh"))])
+    assert built == []
+    for _ in range(2):
+        chosen = engine.decode_batch([AsrRequest(audio, DecodeOptions(language="auto", languages=("zh", "en")))])[0]
+        assert chosen.lang == "zh"
+    assert built == [1]
+
+
+@pytest.mark.timeout(120)
+def test_whisper_builds_its_language_step_only_when_auto_has_a_choice(whisper_dir: Path) -> None:
+    model = load_whisper_model(whisper_dir)
+    built: list[int] = []
+
+    def detector() -> WhisperLanguageDetector:
+        built.append(1)
+        return WhisperLanguageDetector(model)
+
+    engine = SherpaWhisperEngine(model, "whisper", detector=detector)
+    english = read_wav_16k_mono(SPEECH / "en_open_the_car_door_please.wav")
+    only = engine.decode_batch([AsrRequest(english, DecodeOptions(language="auto", languages=("en",)))])[0]
+    assert only.lang == "en" and only.lang_probability == 1.0 and built == []
+    chosen = engine.decode_batch([AsrRequest(english, DecodeOptions(language="auto", languages=("zh", "en")))])[0]
+    assert chosen.lang in ("zh", "en") and built == [1]

@@ -34,7 +34,10 @@ class DecodeOptions:
 
     def detected_language(self, piece: np.ndarray, detect: Callable[[np.ndarray], LanguageGuess]) -> LanguageGuess:
         """The language to decode ``piece`` in: ``detect`` (on the audio it is given) once per
-        segment when the request has a segment, else on the piece itself."""
+        segment when the request has a segment, else on the piece itself. With one allowed
+        language there is nothing to detect: it is the answer, and no detector needs to exist."""
+        if len(self.languages) == 1:  # the segment still records it: its probability is reported
+            detect = _sole_language(self.languages[0])
         if self.segment_language is None:
             return detect(piece)
         return self.segment_language.resolve(piece, detect)
@@ -43,6 +46,11 @@ class DecodeOptions:
         """The detected language's probability, once the segment's language was detected."""
         guess = self.segment_language.guess if self.segment_language is not None else None
         return guess.probability if guess is not None else None
+
+
+def _sole_language(lang: str) -> Callable[[np.ndarray], LanguageGuess]:
+    guess = LanguageGuess(lang, 1.0)
+    return lambda _audio: guess
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,9 @@ may be a 300 ms chunk); before that, pieces use the turn's language, or one earl
 also sets the turn's (so at most two detections per segment; a short segment keeps its guess).
 
 Why per turn: a turn keeps the language its first segment decided unless a later segment's
-evidence is clearly stronger (its probability exceeds the turn's by ``switch_margin``).
+evidence is clearly stronger (its probability exceeds the turn's by ``switch_margin``). A turn's
+language outside a segment's allowed set (a ``configure`` narrowed ``languages`` mid-turn) is not
+reused: that segment detects within its own set.
 Decodes run on scheduler worker threads, so the state here is guarded by locks.
 """
 
@@ -24,8 +26,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import numpy as np
+
+T = TypeVar("T")
 
 DEFAULT_SWITCH_MARGIN = 0.25
 DEFAULT_MIN_SAMPLES = 16000  # 1 s of 16 kHz audio: a segment shorter so far does not decide
@@ -50,6 +55,27 @@ def restricted_guess(logits: np.ndarray, token_ids: Mapping[str, int], allowed: 
     return LanguageGuess(codes[best], round(float(weights[best]), 4))
 
 
+class LazyDetector(Generic[T]):
+    """A language detector built on its first use, once, under a lock (decodes run on several
+    worker threads). Engines keep one because detection runs only for "auto" with at least two
+    allowed languages, and a detector is a second copy of a model (267 MB for whisper-base):
+    a server that never needs it should not pay for it."""
+
+    def __init__(self, build: Callable[[], T]) -> None:
+        self._build = build
+        self._built: T | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> T:
+        built = self._built
+        if built is None:
+            with self._lock:
+                if self._built is None:
+                    self._built = self._build()
+                built = self._built
+        return built
+
+
 class TurnLanguage:
     """The language a turn's segments decode in, once its first segment decided one."""
 
@@ -62,19 +88,25 @@ class TurnLanguage:
         with self._lock:
             return self._guess
 
-    def settle(self, guess: LanguageGuess, switch_margin: float = DEFAULT_SWITCH_MARGIN) -> LanguageGuess:
+    def settle(self, guess: LanguageGuess, switch_margin: float = DEFAULT_SWITCH_MARGIN,
+               allowed: Sequence[str] = ()) -> LanguageGuess:
         """The turn's language after a segment detected ``guess``: the first guess sets it; a
-        different language replaces it only with clearly stronger evidence."""
+        different language replaces it only with clearly stronger evidence, or when the turn's is
+        outside the segment's ``allowed`` set (empty: any)."""
         with self._lock:
             current = self._guess
-            if current is None or (guess.lang != current.lang and
-                                   guess.probability >= current.probability + switch_margin):
+            if current is None or not _within(current, allowed) or (
+                    guess.lang != current.lang and guess.probability >= current.probability + switch_margin):
                 self._guess = current = guess
             return current
 
     def segment(self, switch_margin: float = DEFAULT_SWITCH_MARGIN, min_samples: int = DEFAULT_MIN_SAMPLES,
-                audio: Callable[[], np.ndarray] | None = None) -> SegmentLanguage:
-        return SegmentLanguage(self, switch_margin, min_samples, audio)
+                audio: Callable[[], np.ndarray] | None = None, allowed: Sequence[str] = ()) -> SegmentLanguage:
+        return SegmentLanguage(self, switch_margin, min_samples, audio, allowed)
+
+
+def _within(guess: LanguageGuess, allowed: Sequence[str]) -> bool:
+    return not allowed or guess.lang in allowed
 
 
 class SegmentLanguage:
@@ -82,8 +114,10 @@ class SegmentLanguage:
     the segment's other decodes (chunks, interims, the final's tail), which detect nothing."""
 
     def __init__(self, turn: TurnLanguage | None = None, switch_margin: float = DEFAULT_SWITCH_MARGIN,
-                 min_samples: int = DEFAULT_MIN_SAMPLES, audio: Callable[[], np.ndarray] | None = None) -> None:
+                 min_samples: int = DEFAULT_MIN_SAMPLES, audio: Callable[[], np.ndarray] | None = None,
+                 allowed: Sequence[str] = ()) -> None:
         self._turn = turn
+        self._allowed = tuple(allowed)  # the languages this segment may decode in (empty: any)
         self._switch_margin = switch_margin
         self._min_samples = min_samples
         # the segment's audio so far (a growing buffer's view: read from a worker thread, it is a
@@ -99,6 +133,13 @@ class SegmentLanguage:
         with self._lock:
             return self._guess or self._latest
 
+    @property
+    def decided(self) -> LanguageGuess | None:
+        """The segment's decision only (not an early guess): an engine may force its language
+        query to it, but forcing an early guess would make the decision repeat it."""
+        with self._lock:
+            return self._guess
+
     def resolve(self, piece: np.ndarray, detect: Callable[[np.ndarray], LanguageGuess]) -> LanguageGuess:
         """The segment's language for a decode of ``piece``; ``detect`` runs the restricted
         detection on the audio given, only when nothing decided the segment's language yet."""
@@ -106,6 +147,8 @@ class SegmentLanguage:
             if self._guess is not None:
                 return self._guess
             turn_guess = self._turn.guess if self._turn is not None else None
+            if turn_guess is not None and not _within(turn_guess, self._allowed):
+                turn_guess = None
             audio = self._audio() if self._audio is not None else piece
             if audio.shape[0] < self._min_samples:
                 # too short to decide on: the turn's language if it has one, else one guess that
@@ -114,8 +157,10 @@ class SegmentLanguage:
                     self._latest = turn_guess
                 elif self._latest is None:  # the turn's first words: their language is the turn's until clearly not
                     guess = detect(audio)
-                    self._latest = self._turn.settle(guess, self._switch_margin) if self._turn is not None else guess
+                    self._latest = self._settled(guess)
                 return self._latest
-            guess = detect(audio)
-            self._guess = self._turn.settle(guess, self._switch_margin) if self._turn is not None else guess
+            self._guess = self._settled(detect(audio))
             return self._guess
+
+    def _settled(self, guess: LanguageGuess) -> LanguageGuess:
+        return self._turn.settle(guess, self._switch_margin, self._allowed) if self._turn is not None else guess

@@ -9,8 +9,8 @@ LFR 7/6 with centred window and repeated edges, CMVN from the model's metadata, 
 lengths with padding, and reuses fbank frames of a growing segment across decodes.
 
 With "auto" and allowed languages, frame 0 (the language query's output) is restricted to the
-allowed languages' tags (``asr/language.py``); once the segment's language is decided, its later
-decodes pass that language explicitly.
+allowed languages' tags (``asr/language.py``); once the segment's language is decided (not merely
+guessed early), its later decodes pass that language explicitly.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import numpy as np
 import onnxruntime as ort
 
 from kitt_stt.asr.ctc import HotwordTrie, PieceIndex, beam_search, greedy, tokenize_hotwords
-from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult, EngineInfo, StageTimer
+from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult, DecodeOptions, EngineInfo, StageTimer
 from kitt_stt.asr.features import FeatureStream, apply_lfr, log_mel
 from kitt_stt.asr.language import LanguageGuess, restricted_guess
 from kitt_stt.asr.providers import check_active, check_available, provider_chain
@@ -113,11 +113,22 @@ class OrtSenseVoiceEngine(AsrEngine):
                 "vad.max_segment_ms"
             )
         options = request.options
-        decided = options.segment_language.guess if options.segment_language is not None else None
-        language = self._language_ids.get(decided.lang if options.language == "auto" and decided is not None
-                                          else options.language, self._language_ids["auto"])
+        language = self._language_ids.get(self._query_language(options), self._language_ids["auto"])
         text_norm = self._with_itn if options.use_itn else self._without_itn
         return _Prepared(features.astype(np.float32), language, text_norm)
+
+    @staticmethod
+    def _query_language(options: DecodeOptions) -> str:
+        """What the language query is forced to: the language named, or for "auto" the segment's
+        decision or the only allowed language. Before a decision the query runs unforced (frame 0
+        copies a forced language, so forcing an early guess would make the decision repeat it) and
+        ``_restrict_language`` masks its output to the guess."""
+        if options.language != "auto":
+            return options.language
+        if len(options.languages) == 1:
+            return options.languages[0]
+        decided = options.segment_language.decided if options.segment_language is not None else None
+        return decided.lang if decided is not None else "auto"
 
     def _run(self, prepared: list[_Prepared]) -> tuple[np.ndarray, list[int]]:
         count = len(prepared)

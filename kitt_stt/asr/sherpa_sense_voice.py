@@ -10,7 +10,8 @@ checked by ``sense_voice_model``.
 
 sherpa-onnx hides the language query's scores, so "auto" with allowed languages detects first
 with ``detector`` (our onnxruntime engine on the same model: frame 0 masked to the set, a second
-pass, once per segment) and then decodes with the chosen language passed explicitly.
+pass, once per segment) and then decodes with the chosen language passed explicitly. That second
+copy of the model is built on its first use: with one allowed language, or without "auto", never.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy as np
 import sherpa_onnx
 
 from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult, DecodeOptions, EngineInfo, StageTimer
-from kitt_stt.asr.language import LanguageGuess
+from kitt_stt.asr.language import LanguageGuess, LazyDetector
 from kitt_stt.asr.recognizer_cache import LruCache
 from kitt_stt.asr.sense_voice_model import LANGUAGES, SenseVoiceModel
 from kitt_stt.asr.text import strip_tags, tag_value
@@ -33,7 +34,7 @@ class SherpaSenseVoiceEngine(AsrEngine):
     def __init__(self, model: SenseVoiceModel, kind: str, num_threads: int = 1, max_recognizers: int = 2,
                  detector: Callable[[], AsrEngine] | None = None) -> None:
         self._model = model
-        self._detector = detector() if detector is not None else None
+        self._detector = LazyDetector(detector) if detector is not None else None
         self._num_threads = num_threads
         self._recognizers: LruCache[tuple[str, bool], sherpa_onnx.OfflineRecognizer] = LruCache(
             max_recognizers, self._build)
@@ -101,7 +102,7 @@ class SherpaSenseVoiceEngine(AsrEngine):
         query = DecodeOptions(language="auto", use_itn=options.use_itn, languages=options.languages)
 
         def detect(audio: np.ndarray) -> LanguageGuess:
-            found = detector.decode_batch([AsrRequest(audio, query)])[0]
+            found = detector.get().decode_batch([AsrRequest(audio, query)])[0]
             if found.lang is None or found.lang_probability is None:
                 raise RuntimeError("the language query gave no language")
             return LanguageGuess(found.lang, found.lang_probability)

@@ -13,7 +13,8 @@ sherpa's default 1000 for 21 % less work (docs/models.md).
 With "auto" and a set of allowed languages (``asr.auto_languages`` or the session's
 ``languages``), the language is detected first by our own restricted language step
 (``asr/whisper_language.py``, once per segment) and the segment decodes with that language's
-recognizer, so detection never picks a language outside the set.
+recognizer, so detection never picks a language outside the set. The language step is built on
+its first use (``LazyDetector``): with one allowed language, or without "auto", it never is.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import numpy as np
 import sherpa_onnx
 
 from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult, EngineInfo, StageTimer
-from kitt_stt.asr.language import LanguageGuess
+from kitt_stt.asr.language import LanguageGuess, LazyDetector
 from kitt_stt.asr.recognizer_cache import LruCache
 from kitt_stt.asr.text import strip_annotations
 from kitt_stt.asr.whisper_language import WhisperLanguageDetector
@@ -42,7 +43,7 @@ class SherpaWhisperEngine(AsrEngine):
                  task: str = "transcribe", max_recognizers: int = 2,
                  detector: Callable[[], WhisperLanguageDetector] | None = None) -> None:
         self._model = model
-        self._detector = detector() if detector is not None and len(model.languages) > 2 else None
+        self._detector = LazyDetector(detector) if detector is not None and len(model.languages) > 2 else None
         self._num_threads = num_threads
         self._tail_paddings = tail_paddings
         self._task = task
@@ -93,7 +94,8 @@ class SherpaWhisperEngine(AsrEngine):
         if options.language != "auto" or not options.languages or self._detector is None:
             return None
         detector = self._detector
-        return options.detected_language(request.samples, lambda audio: detector.detect(audio, options.languages))
+        return options.detected_language(request.samples,
+                                         lambda audio: detector.get().detect(audio, options.languages))
 
 
 def _read_result(result: Any) -> AsrResult:

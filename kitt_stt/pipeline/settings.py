@@ -48,7 +48,7 @@ class SessionSettings:
         """Options for a segment; with ``turn_language`` (its turn's) an "auto" segment detects
         its language once, on ``segment_audio`` (its audio so far), and the turn keeps it
         (``asr/language.py``)."""
-        segment_language = (turn_language.segment(self.switch_margin, audio=segment_audio)
+        segment_language = (turn_language.segment(self.switch_margin, audio=segment_audio, allowed=self.languages)
                             if turn_language is not None and self.language == "auto" else None)
         return DecodeOptions(language=self.language, use_itn=self.use_itn, hotwords=self.decode_hotwords(),
                              languages=self.languages, segment_language=segment_language)

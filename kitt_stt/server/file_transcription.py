@@ -11,12 +11,14 @@ SRT and VTT.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from kitt_stt.asr.engine import AsrRequest, AsrResult, DecodeOptions
+from kitt_stt.asr.language import SegmentLanguage
 from kitt_stt.audio.vad import (
     FRAME_MS,
     FRAME_SAMPLES,
@@ -98,11 +100,15 @@ def cut_segments(samples: np.ndarray, vad: VadConfig) -> list[_Piece]:
 
 async def transcribe_file(samples: np.ndarray, scheduler: InferenceScheduler, vad: VadConfig, stage: TextStage,
                           language: str, use_itn: bool, hotwords: tuple[Hotword, ...],
-                          engine_itn: bool) -> Transcript:
+                          engine_itn: bool, languages: tuple[str, ...] = ()) -> Transcript:
+    """``languages``: what "auto" may detect, as for a live session (``asr.auto_languages``);
+    without them Whisper detects among all its languages on a recognizer of its own, which
+    evicts the live sessions' ones (``asr.max_recognizers``). Each piece decides its language."""
     pieces = await asyncio.to_thread(cut_segments, samples, vad)
-    options = DecodeOptions(language=language, use_itn=use_itn, hotwords=hotwords)
+    options = DecodeOptions(language=language, use_itn=use_itn, hotwords=hotwords, languages=languages)
     owner = ("file", uuid.uuid4().hex)  # its own lane in the FILE round-robin
-    futures = [scheduler.submit(AsrRequest(piece.samples, options), Priority.FILE, owner) for piece in pieces]
+    futures = [scheduler.submit(AsrRequest(piece.samples, _for_piece(options)), Priority.FILE, owner)
+               for piece in pieces]
     try:
         outcomes = await asyncio.gather(*futures)
     except BaseException:  # the request was cancelled, or a decode failed: drop what is still queued
@@ -124,6 +130,13 @@ async def transcribe_file(samples: np.ndarray, scheduler: InferenceScheduler, va
     spoken = reported if reported and language == "auto" else language
     return Transcript(join_texts(segment.text for segment in segments), spoken,
                       samples.shape[0] / SAMPLE_RATE, segments)
+
+
+def _for_piece(options: DecodeOptions) -> DecodeOptions:
+    """For "auto": the piece's own segment language (a piece is decoded once, on all its audio)."""
+    if options.language != "auto":
+        return options
+    return dataclasses.replace(options, segment_language=SegmentLanguage(allowed=options.languages))
 
 
 def _words(result: AsrResult, piece: _Piece) -> tuple[Word, ...]:

@@ -18,6 +18,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
+from kitt_stt.pipeline.settings import auto_languages
 from kitt_stt.quote import quoted
 from kitt_stt.server.file_transcription import DecodeCancelled, Transcript, transcribe_file
 from kitt_stt.server.multipart_form import BodyTooLarge, FormError, UploadForm, parse_form, read_body
@@ -110,7 +111,8 @@ async def _transcribe(request: Request, state: ServiceState, hotword_changes: Up
     try:
         transcript = await transcribe_file(
             samples, state.scheduler, state.config.vad, TextStage(state.config.text), language, asr.use_itn,
-            hotwords if engine.info.hotwords else (), asr.use_itn and engine.info.kind == "sense_voice")
+            hotwords if engine.info.hotwords else (), asr.use_itn and engine.info.kind == "sense_voice",
+            auto_languages(asr.auto_languages, engine.info.languages))
     except DecodeCancelled as exc:
         raise ApiError(503, str(exc), code="service_unavailable", kind="server_error") from None
     except Exception as exc:  # an engine fault: the client gets a clear 500, the live sessions go on
