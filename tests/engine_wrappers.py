@@ -1,7 +1,8 @@
-"""Real engines with one thing changed, for tests: every decode slower (a loaded accelerator), or
-the tone model's words written as Mandarin number words (as Whisper writes them, for ITN). Used in
-a pipeline directly, or in a real server through :func:`serve_with` (tests/slow_decode_server.py,
-tests/number_words_server.py)."""
+"""Real engines with one thing changed, for tests: every decode slower (a loaded accelerator), the
+tone model's words written as Mandarin number words (as Whisper writes them, for ITN), or a hotword
+list that cannot be prepared. Used in a pipeline directly, or in a real server through
+:func:`serve_with` (tests/slow_decode_server.py, tests/number_words_server.py,
+tests/failing_hotwords_server.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from collections.abc import Callable, Sequence
 from kitt_stt.asr import factory
 from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult, StageTimer
 from kitt_stt.asr.features import FeatureStream
+from kitt_stt.hotwords import Hotword
 
 DECODE_DELAY_S = 0.15
+UNPREPARABLE = "boom"  #: a hotword FailingHotwords cannot prepare
 #: what the tone engine hears -> what NumberWords writes (160 characters of number words, and a short one)
 NUMBER_WORDS = {"打开车门": "空调调到二十六度" * 20, "关窗": "音量调到百分之三十"}
 
@@ -32,6 +35,18 @@ class SlowDecodes(WrappedEngine):
 
     def decode_batch(self, requests: Sequence[AsrRequest], timer: StageTimer | None = None) -> list[AsrResult]:
         time.sleep(DECODE_DELAY_S)
+        return self.inner.decode_batch(requests, timer)
+
+
+class FailingHotwords(WrappedEngine):
+    """Preparing a list that holds :data:`UNPREPARABLE` raises (a trie build that fails)."""
+
+    def prepare_hotwords(self, hotwords: tuple[Hotword, ...]) -> None:
+        if any(hotword.text == UNPREPARABLE for hotword in hotwords):
+            raise RuntimeError("this hotword list cannot be prepared")
+        self.inner.prepare_hotwords(hotwords)
+
+    def decode_batch(self, requests: Sequence[AsrRequest], timer: StageTimer | None = None) -> list[AsrResult]:
         return self.inner.decode_batch(requests, timer)
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from kitt_stt.client.session import connect
+from tests.engine_wrappers import UNPREPARABLE
 from tests.helpers import RunningServer, collect_until, run_server
 
 BURST = 3
@@ -61,3 +62,19 @@ async def test_an_invalid_frame_costs_no_budget(stingy: RunningServer) -> None:
         for index in range(BURST):  # the whole budget is still there
             await session.configure(hotwords=[f"u{index}"])
         assert await errors_after(session, "valid") == []
+
+
+async def test_a_frame_whose_hotwords_fail_to_prepare_costs_no_budget(tmp_path: Path, model_cache: Path) -> None:
+    """``bad_field`` from preparing the list: the frame is not applied, so it costs nothing (the
+    token used to be taken before preparing: the third such frame was ``rate_limited``)."""
+    overrides = {"server": {"hotword_changes": {"burst": 2, "per_s": 0.01}}}
+    with run_server(tmp_path, model_cache, overrides, module="tests.failing_hotwords_server") as server:
+        async with connect(server.url) as session:
+            for _ in range(3):
+                await session.configure(hotwords=["fine", UNPREPARABLE])
+            errors = await errors_after(session, "unpreparable")
+            assert [e["code"] for e in errors] == ["bad_field"] * 3, errors
+            assert all("could not be prepared" in e["message"] for e in errors), errors
+            for words in (["fine"], ["good"]):  # the whole budget is still there
+                await session.configure(hotwords=words)
+            assert await errors_after(session, "valid") == []

@@ -155,7 +155,7 @@ def test_quoted_shows_at_most_64_characters() -> None:
 
 
 def test_hotword_changes_are_budgeted_and_the_list_in_force_is_free() -> None:
-    changes = HotwordChanges(HotwordChangeBudget(per_s=0.001, burst=2), ["a"], (Hotword("a"),))
+    changes = HotwordChanges(HotwordChangeBudget(per_s=0.001, burst=2), ["a"], (Hotword("a"),), biased=True)
     assert changes.given(["a"]) is None  # the configured list as written: not parsed again
     assert not changes.charge((Hotword("a"),))  # the decode list in force: free
     for word in ("b", "c"):
@@ -165,6 +165,28 @@ def test_hotword_changes_are_budgeted_and_the_list_in_force_is_free() -> None:
     with pytest.raises(ProtocolError) as refused:
         changes.charge((Hotword("c"), Hotword("wake phrase")))  # a new wake phrase changes the decode list
     assert refused.value.code is ErrorCode.RATE_LIMITED and "server.hotword_changes" in refused.value.message
+
+
+def test_a_hotword_change_costs_its_token_only_once_applied() -> None:
+    """The token is taken when the frame's settings are in force: a frame refused after the
+    budget check (its hotwords failed to prepare: ``bad_field``) costs nothing, as documented; it
+    used to be charged before preparing."""
+    changes = HotwordChanges(HotwordChangeBudget(per_s=0.001, burst=1), [], (), biased=True)
+    for _ in range(3):  # checked, then refused elsewhere: never applied
+        assert changes.charge((Hotword("b"),))
+    changes.applied(["b"], (Hotword("b"),))  # the one token
+    with pytest.raises(ProtocolError) as refused:
+        changes.charge((Hotword("c"),))
+    assert refused.value.code is ErrorCode.RATE_LIMITED
+
+
+def test_hotword_changes_cost_nothing_on_an_engine_that_cannot_bias_decoding() -> None:
+    """Nothing is built there (sherpa, Whisper), so there is nothing to budget."""
+    changes = HotwordChanges(HotwordChangeBudget(per_s=0.001, burst=1), [], (), biased=False)
+    for index in range(3):
+        decoding = (Hotword(f"w{index}"),)
+        assert not changes.charge(decoding)  # nothing to build, and never rate_limited
+        changes.applied([f"w{index}"], decoding)
 
 
 # ----- hotword tokenising -----------------------------------------------------------------------------------

@@ -138,6 +138,27 @@ async def test_a_hung_worker_fails_its_calls_in_time_and_is_replaced_once(caplog
         worker.close()
 
 
+async def test_texts_queued_behind_others_on_a_healthy_worker_all_get_itn(caplog) -> None:
+    """The watchdog counts progress, not each call's age: a burst of long finals queued past the
+    timeout all get ITN while the worker keeps finishing them (the per-call timeout counted the
+    queueing: the tail timed out, the healthy process was killed, and every queued final lost ITN)."""
+    timeout_s, count = 0.5, 40
+    worker = ItnWorker(timeout_s=timeout_s)
+    try:
+        worker.start()
+        [pid] = list(worker._executor()._processes)
+        started = time.monotonic()
+        results = await asyncio.wait_for(asyncio.gather(
+            *(worker.normalize(LONG * 2, TextLanguage.ZH) for _ in range(count)), return_exceptions=True), 60)
+        queued_s = time.monotonic() - started
+        assert results == ["空调调到26度" * 40] * count, {type(result) for result in results}
+        assert queued_s > 2 * timeout_s, queued_s  # the last ones waited well past the timeout
+        assert list(worker._executor()._processes) == [pid]  # the same process: not taken for hung
+        assert not [r for r in caplog.records if "took over" in r.message]
+    finally:
+        worker.close()
+
+
 async def test_a_failing_worker_costs_a_woken_command_its_numbers_only(monkeypatch) -> None:
     """Required wake mode: a turn whose ITN fails is committed without ITN, wake phrase and all;
     it used to go out as recognised, its wake match lost, and was filtered (``no_wake``)."""

@@ -34,13 +34,17 @@ class TokenBucket:
         self._complaints = Throttle()
 
     def allow(self, cost: float) -> bool:
-        now = time.monotonic()
-        self._tokens = min(self._capacity, self._tokens + (now - self._last) * self._rate)
-        self._last = now
-        if cost > self._tokens:
+        if not self.available(cost):
             return False
         self._tokens -= cost
         return True
+
+    def available(self, cost: float) -> bool:
+        """Whether ``cost`` could be taken now, taking nothing: for a cost paid only once the work succeeds."""
+        now = time.monotonic()
+        self._tokens = min(self._capacity, self._tokens + (now - self._last) * self._rate)
+        self._last = now
+        return cost <= self._tokens
 
     def delay_for(self, cost: float) -> float:
         """Take ``cost`` now, going into debt if needed; the seconds to wait until the debt is paid.

@@ -98,7 +98,8 @@ class Connection:
         self._pacer = MessagePacer(server.max_messages_per_s)
         self._byte_pacer = TokenBucket(server.max_read_bytes_per_s, server.max_read_bytes_per_s)  # bytes, likewise
         self._bytes_paid_at = 0.0
-        self._hotword_changes = HotwordChanges(server.hotword_changes, asr.hotwords, self._settings.decode_hotwords())
+        self._hotword_changes = HotwordChanges(server.hotword_changes, asr.hotwords, self._settings.decode_hotwords(),
+                                               biased=state.engine.info.hotwords)
         self._finished = asyncio.Event()
         self._closing = False  # the socket is going away: stop reading
         self._draining = False  # seats are being flushed: read and discard
@@ -339,8 +340,8 @@ class Connection:
             settings = settings.updated(stage=updated_stage(self._settings.stage, frame.wake, frame.text))
         if frame.languages is not None:
             settings = settings.updated(languages=checked_languages(frame.languages, self._state.engine.info.languages))
-        decoding = settings.decode_hotwords()  # wake phrases are hotwords too: charged once the frame is valid
-        if self._hotword_changes.charge(decoding) and decoding and self._state.engine.info.hotwords:
+        decoding = settings.decode_hotwords()  # wake phrases are hotwords too: charged once the frame is applied
+        if self._hotword_changes.charge(decoding) and decoding:
             await self._prepare_hotwords(decoding)
         self._settings = settings
         self._hotword_changes.applied(given, decoding)
