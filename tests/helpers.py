@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import wave
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -39,6 +41,17 @@ def tone_pcm(text: str, lead_ms: float = 300.0, tail_ms: float = 800.0, **style:
     samples = (np.clip(audio, -1.0, 1.0) * 32767.0).astype("<i2")
     pad = (-samples.shape[0]) % (FRAME_BYTES // 2)
     return np.concatenate([samples, np.zeros(pad, dtype="<i2")]).tobytes()
+
+
+def wav_bytes(pcm: bytes, rate: int = 16000, channels: int = 1) -> bytes:
+    """16-bit PCM as the bytes of a WAV file (what a client uploads or a framework reads)."""
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as handle:
+        handle.setnchannels(channels)
+        handle.setsampwidth(2)
+        handle.setframerate(rate)
+        handle.writeframes(pcm)
+    return buffer.getvalue()
 
 
 def frames_of(pcm: bytes, frame_bytes: int = FRAME_BYTES) -> list[bytes]:

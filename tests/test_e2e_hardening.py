@@ -77,12 +77,15 @@ async def test_unknown_types_and_long_hotwords_are_quoted_briefly(server: Runnin
 # ----- slow consumers -------------------------------------------------------------------------------
 
 
+#: a 64 KiB outbox cap, the frame cap and the read pacing out of the way, a 4 s stall limit
+SMALL_OUTBOX = {"server": {"max_outbox_bytes": 65536, "outbound_queue_frames": 1_000_000,
+                           "max_messages_per_s": 1_000_000, "send_stall_s": 4}}
+
+
 @pytest.fixture(scope="module")
 def small_outbox(tmp_path_factory: pytest.TempPathFactory, model_cache: Path) -> Iterator[RunningServer]:
     """A server whose outbox cap is 64 KiB (the frame cap out of the way), read without pacing."""
-    overrides = {"server": {"max_outbox_bytes": 65536, "outbound_queue_frames": 1_000_000,
-                            "max_messages_per_s": 1_000_000, "send_stall_s": 4}}
-    with run_server(tmp_path_factory.mktemp("outbox"), model_cache, overrides) as running:
+    with run_server(tmp_path_factory.mktemp("outbox"), model_cache, SMALL_OUTBOX) as running:
         yield running
 
 

@@ -21,7 +21,7 @@ import pytest
 
 from kitt_stt.client.session import connect
 from tests.helpers import RunningServer, collect_until, run_server
-from tests.test_e2e_hardening import RawClient, metric
+from tests.test_e2e_hardening import SMALL_OUTBOX, RawClient, metric
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads the kernel's socket table from /proc/net")
 
@@ -89,9 +89,7 @@ async def test_the_socket_of_a_client_that_stopped_reading_is_dropped(stalling: 
 @pytest.fixture(scope="module")
 def small_outbox(tmp_path_factory: pytest.TempPathFactory, model_cache: Path) -> Iterator[RunningServer]:
     """Closed at a 64 KiB outbox, well before the 4 s a stalled socket gets."""
-    overrides = {"server": {"max_outbox_bytes": 65536, "outbound_queue_frames": 1_000_000,
-                            "max_messages_per_s": 1_000_000, "send_stall_s": 4}}
-    with run_server(tmp_path_factory.mktemp("reads-again"), model_cache, overrides) as running:
+    with run_server(tmp_path_factory.mktemp("reads-again"), model_cache, SMALL_OUTBOX) as running:
         yield running
 
 

@@ -11,8 +11,6 @@ event loop.
 from __future__ import annotations
 
 import asyncio
-import io
-import wave
 from pathlib import Path
 
 import numpy as np
@@ -22,20 +20,10 @@ openai = pytest.importorskip("openai", reason="the openai client is installed by
 
 from kitt_stt.scheduler import InferenceScheduler, Priority  # noqa: E402
 from kitt_stt.server.upload_audio import decode_upload  # noqa: E402
-from tests.helpers import run_server, tone_pcm  # noqa: E402
+from tests.helpers import run_server, tone_pcm, wav_bytes  # noqa: E402
 from tests.test_scheduler import GatedEngine, block_worker, request  # noqa: E402
 
 TWO_TURNS = tone_pcm("打开车门", tail_ms=1000) + tone_pcm("关车窗", tail_ms=600)
-
-
-def wav(pcm: bytes, rate: int = 16000, channels: int = 1) -> bytes:
-    buffer = io.BytesIO()
-    with wave.open(buffer, "wb") as handle:
-        handle.setnchannels(channels)
-        handle.setsampwidth(2)
-        handle.setframerate(rate)
-        handle.writeframes(pcm)
-    return buffer.getvalue()
 
 
 def client_for(server, api_key: str = "unused") -> openai.OpenAI:
@@ -45,7 +33,7 @@ def client_for(server, api_key: str = "unused") -> openai.OpenAI:
 @pytest.fixture(scope="module")
 def fixture_wav(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("upload") / "two-turns.wav"
-    path.write_bytes(wav(TWO_TURNS))
+    path.write_bytes(wav_bytes(TWO_TURNS))
     return path
 
 
@@ -98,7 +86,7 @@ def test_language_prompt_and_resampled_stereo(server, tmp_path: Path) -> None:
     resampled = np.interp(times, np.arange(mono16.shape[0]) / 16000, mono16.astype(float)).astype("<i2")
     stereo = np.stack([resampled, resampled], axis=1).reshape(-1).tobytes()
     path = tmp_path / "cd.wav"
-    path.write_bytes(wav(stereo, rate=44100, channels=2))
+    path.write_bytes(wav_bytes(stereo, rate=44100, channels=2))
     assert transcribe(client, path, language="zh", prompt="车门, 车窗:2").text == "关车门"
 
     with pytest.raises(openai.BadRequestError) as refused:
@@ -127,7 +115,7 @@ def test_token_and_limits(tmp_path: Path, model_cache: Path, fixture_wav: Path) 
                  "transcriptions": {"max_upload_bytes": 200_000, "max_audio_s": 2.0}}
     with run_server(tmp_path, model_cache, overrides) as strict:
         short = tmp_path / "short.wav"
-        short.write_bytes(wav(tone_pcm("打开")))
+        short.write_bytes(wav_bytes(tone_pcm("打开")))
         assert transcribe(client_for(strict, "s3cret"), short).text == "打开"
         with pytest.raises(openai.PermissionDeniedError):
             transcribe(client_for(strict, "wrong"), short)
@@ -137,7 +125,7 @@ def test_token_and_limits(tmp_path: Path, model_cache: Path, fixture_wav: Path) 
             transcribe(client_for(strict, "s3cret"), fixture_wav)  # 4.4 s of audio, 2 s allowed
         assert too_long.value.body["code"] == "audio_too_long"
         big = tmp_path / "big.wav"
-        big.write_bytes(wav(bytes(300_000)))
+        big.write_bytes(wav_bytes(bytes(300_000)))
         with pytest.raises(openai.APIStatusError) as too_big:
             transcribe(client_for(strict, "s3cret"), big)
         assert too_big.value.status_code == 413 and too_big.value.body["code"] == "file_too_large"
@@ -304,7 +292,7 @@ def test_client_text_in_errors_is_quoted_and_bounded(server, tmp_path: Path) -> 
     message = by_name.value.body["message"]
     assert "FLAC" in message and "5005 characters" in message and len(message) < 600, message
     path = tmp_path / "a.wav"
-    path.write_bytes(wav(tone_pcm("打开")))
+    path.write_bytes(wav_bytes(tone_pcm("打开")))
     with pytest.raises(openai.BadRequestError) as by_language:
         transcribe(client_for(server), path, language="x" * 5000)
     message = by_language.value.body["message"]
@@ -357,7 +345,7 @@ def test_prompt_hotwords_are_capped_and_budgeted(tmp_path: Path, model_cache: Pa
     overrides = {"transcriptions": {"max_prompt_hotwords": 8, "hotword_changes": {"burst": 2, "per_s": 0.001}}}
     with run_server(tmp_path, model_cache, overrides) as strict:
         path = tmp_path / "a.wav"
-        path.write_bytes(wav(tone_pcm("打开")))
+        path.write_bytes(wav_bytes(tone_pcm("打开")))
         client = client_for(strict)
         before = strict.log()
         with pytest.raises(openai.BadRequestError) as too_many:
@@ -385,7 +373,7 @@ def test_a_trickled_body_times_out_and_frees_its_slot(tmp_path: Path, model_cach
     overrides = {"transcriptions": {"max_concurrent": 2, "read_timeout_s": 3.0}}
     with run_server(tmp_path, model_cache, overrides) as strict:
         path = tmp_path / "a.wav"
-        path.write_bytes(wav(tone_pcm("打开")))
+        path.write_bytes(wav_bytes(tone_pcm("打开")))
         head = (b"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100000\r\n"
                 b"Content-Type: multipart/form-data; boundary=xyz\r\n\r\n--xyz\r\n")
         tricklers = [socket.create_connection(("127.0.0.1", strict.port), timeout=15) for _ in range(2)]

@@ -45,7 +45,7 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.workers.runner import WorkerRunner
 
 from kitt_stt.integrations.pipecat import KittSTTService
-from tests.helpers import free_port, run_server, silence, tone_pcm
+from tests.helpers import free_port, run_server, silence, tone_pcm, wav_bytes
 
 WATCHED = (ProposedUserStartedSpeakingFrame, InterimTranscriptionFrame, TranscriptionFrame,
            ProposedUserStoppedSpeakingFrame, UserStartedSpeakingFrame, UserStoppedSpeakingFrame, LLMContextFrame,
@@ -62,16 +62,6 @@ class Recorder(FrameProcessor):
         if isinstance(frame, ErrorFrame) or (isinstance(frame, WATCHED) and direction is FrameDirection.DOWNSTREAM):
             self.frames.append(frame)
         await self.push_frame(frame, direction)
-
-
-def wav_bytes(pcm: bytes, rate: int = 16000, channels: int = 1) -> bytes:
-    buffer = io.BytesIO()
-    with wave.open(buffer, "wb") as handle:
-        handle.setnchannels(channels)
-        handle.setsampwidth(2)
-        handle.setframerate(rate)
-        handle.writeframes(pcm)
-    return buffer.getvalue()
 
 
 def wav_chunks(data: bytes, chunk_ms: int = 10) -> list[bytes]:
