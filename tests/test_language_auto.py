@@ -66,6 +66,30 @@ def test_a_turn_keeps_its_language_unless_later_evidence_is_clearly_stronger() -
     assert calls == [50, 150]
 
 
+def test_a_segments_decision_replaces_its_own_early_guess() -> None:
+    """A 300 ms chunk made the turn's first guess (zh, 0.7); the segment's decision on more of the same
+    speech (en, 0.8) must win without the switch margin, or the shortest audio decides the turn."""
+    turn = TurnLanguage()
+    so_far = {"audio": np.zeros(50, dtype=np.int16)}
+    segment = turn.segment(0.25, 100, audio=lambda: so_far["audio"])
+    assert segment.resolve(so_far["audio"], lambda _a: LanguageGuess("zh", 0.7)).lang == "zh"
+    assert turn.guess == LanguageGuess("zh", 0.7)
+    so_far["audio"] = np.zeros(150, dtype=np.int16)
+    assert segment.resolve(so_far["audio"], lambda _a: LanguageGuess("en", 0.8)).lang == "en"
+    assert turn.guess == LanguageGuess("en", 0.8)
+    # a later segment's evidence against the decided language still needs the margin
+    later = turn.segment(0.25, 100, audio=lambda: so_far["audio"])
+    assert later.resolve(so_far["audio"], lambda _a: LanguageGuess("zh", 0.9)).lang == "en"
+    # and a segment that inherited the turn's language (no early guess of its own) cannot drop it
+    inherited = TurnLanguage()
+    inherited.settle(LanguageGuess("en", 0.6))
+    short = {"audio": np.zeros(50, dtype=np.int16)}
+    segment = inherited.segment(0.25, 100, audio=lambda: short["audio"])
+    assert segment.resolve(short["audio"], lambda _a: LanguageGuess("zh", 0.99)).lang == "en"
+    short["audio"] = np.zeros(150, dtype=np.int16)
+    assert segment.resolve(short["audio"], lambda _a: LanguageGuess("zh", 0.7)).lang == "en"
+
+
 def test_a_segment_detects_on_its_audio_so_far_not_on_a_short_piece() -> None:
     """Chunks can be 300 ms; the segment's first 1 s says more than any one of them."""
     so_far = np.zeros(120, dtype=np.int16)
