@@ -10,7 +10,7 @@ and the best of the rest wins, with its probability renormalised over the set (a
 Why once per segment: chunks and interims of one segment are decoded separately; detecting on
 each would let the pieces of one sentence flip between zh and en and, for Whisper, pay an
 encoder pass per piece. The first decode of a segment that has at least ``min_samples`` of audio
-so far decides, reading the segment's audio from its start (not just that decode's piece, which
+so far (1.8 s) decides, reading the segment's audio from its start (not just that decode's piece, which
 may be a 300 ms chunk); before that, pieces use the turn's language, or one early guess that
 also sets the turn's (so at most two detections per segment; a short segment keeps its guess).
 The decision replaces the segment's own early guess as the turn's language without the switch
@@ -35,7 +35,11 @@ import numpy as np
 T = TypeVar("T")
 
 DEFAULT_SWITCH_MARGIN = 0.25
-DEFAULT_MIN_SAMPLES = 16000  # 1 s of 16 kHz audio: a segment shorter so far does not decide
+# 1.8 s of 16 kHz audio: a segment shorter so far does not decide. The VAD's 300 ms pre-roll plus
+# the 1.5 s of speech the Whisper step reads: on less, whisper-base's zh/en scores still swing
+# (en_go_forward_ten_meters read zh on 0.9-1.1 s of speech and en from 1.3 s on, lid_report's
+# setting), and deciding at 1 s made the README's English example come back zh now and then.
+DEFAULT_MIN_SAMPLES = 28800
 
 
 @dataclass(frozen=True)
