@@ -8,7 +8,7 @@ espeak-ng sox``). Before: sherpa-onnx with language "" (Whisper detects among al
 languages, what ``asr.language: auto`` did), and the language step as 0.3.0 shipped it (1500 ms,
 700 frames of sherpa-onnx's zero padding, zh bias +3.0). After: the restricted language step
 (``asr/whisper_language.py``); its window, silence padding (zeros, or Whisper's own silence
-floor) and zh bias are chosen on the ``tune`` split (espeak-ng and half of every other source)
+floor) and zh bias are chosen on the ``tune`` split (every other recording of each source)
 and reported on the ``held_out`` split (the rest, and all five fixtures). The pick: the best
 tune accuracy; of equals, the setting that reads fewest frames; its bias is the
 zh bias most likely on the tune split (a log prior fitted by maximum likelihood of the
