@@ -31,7 +31,7 @@ from kitt_stt.hotwords import Hotword, parse_hotwords
 from kitt_stt.observability.logbuffer import session_id as session_context
 from kitt_stt.observability.trace import Track
 from kitt_stt.pipeline.admission import Admission
-from kitt_stt.pipeline.eot import EotPolicy, HoldRule, SilenceTimeoutPolicy, TurnSensePolicy
+from kitt_stt.pipeline.eot import EotPolicy
 from kitt_stt.pipeline.rate_limit import AudioRateLimiter, MessagePacer, TokenBucket
 from kitt_stt.pipeline.seat import SeatObservers, SeatPipeline
 from kitt_stt.pipeline.settings import SessionSettings, auto_languages, checked_languages
@@ -62,6 +62,7 @@ from kitt_stt.server.stage_updates import updated_stage
 from kitt_stt.server.state import ServiceState
 from kitt_stt.server.ws_transport import reset_unread
 from kitt_stt.text import TextStage
+from kitt_stt.turn.policy_factory import build_policy
 
 log = logging.getLogger(__name__)
 
@@ -412,11 +413,7 @@ class Connection:
         seat.push_audio(np.frombuffer(frame.pcm, dtype="<i2"))
 
     def _policy(self) -> EotPolicy:
-        turn = self._config.turn
-        hold = HoldRule.from_config(turn)
-        if self._state.turn_model is None:
-            return SilenceTimeoutPolicy(turn.wait_ms, hold)
-        return TurnSensePolicy(turn.threshold, turn.wait_ms, hold, turn.eager_threshold)
+        return build_policy(self._config, self._state.turn_model is not None)
 
     def _seat(self, name: str) -> SeatPipeline:
         seat = self._seats.get(name)
