@@ -32,8 +32,9 @@ from kitt_stt.observability.logbuffer import session_id as session_context
 from kitt_stt.observability.trace import Track
 from kitt_stt.pipeline.admission import Admission
 from kitt_stt.pipeline.eot import EotPolicy
+from kitt_stt.pipeline.observers import SeatObservers
 from kitt_stt.pipeline.rate_limit import AudioRateLimiter, MessagePacer, TokenBucket
-from kitt_stt.pipeline.seat import SeatObservers, SeatPipeline
+from kitt_stt.pipeline.seat import SeatPipeline
 from kitt_stt.pipeline.settings import SessionSettings, auto_languages, checked_languages
 from kitt_stt.protocol.codec import decode_client_frame, encode_server_frame
 from kitt_stt.protocol.errors import ErrorCode, ProtocolError

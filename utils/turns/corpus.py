@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kitt_stt.models.pypi import FetchError, pip_download
+from kitt_stt.models.pypi import pip_download
 from utils.performance.eot_eval import ENGLISH, MANDARIN
 from utils.performance.speech import espeak, to_16k, trim_silence
 
