@@ -313,7 +313,7 @@ class TurnConfig(_Section):
     # the fused decision (issue 23, docs/turns.md): p, the words both ways and the prosody combined;
     # "turnsense": the model's p against `threshold` alone (0.3.0)
     policy: TurnPolicy = TurnPolicy.FUSED
-    fused_threshold: float = Field(default=0.75, ge=0.0, le=1.01)  # commit at a look when the fused confidence reaches this
+    fused_threshold: float = Field(default=0.7, ge=0.0, le=1.01)  # commit at a look at this fused confidence
     fused_looks_ms: list[int] = Field(default_factory=lambda: [300, 600], max_length=4)  # second looks, ms of silence
 
     @field_validator("fused_looks_ms")

@@ -53,6 +53,7 @@ class Decision:
     # the fused decision's (turn/fused_policy.py); absent from the metadata for other policies
     confidence: float | None = None  # the combiner's probability that the turn is over
     look_ms: int | None = None  # the pause (ms) the deciding look heard; None: not a look (timeout)
+    looks_ms: tuple[int, ...] = ()  # the pauses (ms) at which the model's answer was weighed
     evidence: dict[str, float] | None = None  # logit contribution per kind: model, silence, words, prosody
     decided_by: str | None = None  # the kind that pushed hardest towards this decision
 
@@ -67,7 +68,7 @@ class Decision:
         }
         if self.confidence is not None:
             decision.update(policy="fused", confidence=self.confidence, look_ms=self.look_ms,
-                            evidence=self.evidence, decided_by=self.decided_by)
+                            looks_ms=list(self.looks_ms), evidence=self.evidence, decided_by=self.decided_by)
         return {"eot": {"decision": decision}}
 
 

@@ -49,17 +49,21 @@ class FusedPolicy(EotPolicy):
         held = self.hold.enabled and words.unfinished
         ending = (TextEnding.UNFINISHED if words.unfinished else TextEnding.OPEN) if self.hold.enabled else None
         wait_ms = self.hold.wait_ms if held else settings.wait_ms
+        threshold = self.hold.threshold if held else settings.threshold
         prediction = await _bounded(context.prediction, wait_ms - context.waited_ms())
         shape = await _prosody(context)
-        score = self._score(prediction, FIRST_LOOK_MS, words, shape)
-        decision = self._confident(context, score, prediction, FIRST_LOOK_MS, ending, held)
-        if decision is not None:
-            return decision
+        looks: list[int] = []
+        score = self._score(prediction, FIRST_LOOK_MS, words, shape, looks)
+        if prediction is not None and score.confidence >= threshold:
+            return _decision(CommitReason.MODEL, context, score, prediction, looks, ending, threshold)
         if (context.on_eager is not None and not held and settings.eager_threshold is not None
                 and score.confidence >= settings.eager_threshold):
             context.on_eager(score.confidence)
+        # second looks: not for a held turn (its words wait), and none past the fallback
         look = context.look
-        for look_ms in () if held or look is None else settings.looks_ms:
+        for look_ms in settings.looks_ms:
+            if held or look is None:
+                break
             target = look_ms - settings.silence_at_decision_ms
             if target >= wait_ms:
                 break
@@ -67,34 +71,28 @@ class FusedPolicy(EotPolicy):
             again = await _bounded(look.predict(), wait_ms - context.waited_ms())
             if again is None:
                 continue
-            prediction, score = again, self._score(again, look_ms, words, shape)
-            decision = self._confident(context, score, prediction, look_ms, ending, held)
-            if decision is not None:
-                return decision
+            prediction, score = again, self._score(again, look_ms, words, shape, looks)
+            if score.confidence >= threshold:
+                return _decision(CommitReason.MODEL, context, score, prediction, looks, ending, threshold)
         await sleep_until(context, wait_ms)
-        return _decision(CommitReason.TIMEOUT, context, score, prediction, None, ending, self._threshold(held))
+        return _decision(CommitReason.TIMEOUT, context, score, prediction, looks, ending, threshold)
 
-    def _threshold(self, held: bool) -> float:
-        return self.hold.threshold if held else self.settings.threshold
-
-    def _score(self, prediction: TurnPrediction | None, look_ms: int, words: WordEvidence, shape: Prosody) -> Score:
+    def _score(self, prediction: TurnPrediction | None, look_ms: int, words: WordEvidence, shape: Prosody,
+               looks: list[int]) -> Score:
+        if prediction is not None:
+            looks.append(look_ms)
         probability = None if prediction is None else prediction.probability
         return self.combiner.score(feature_vector(probability, look_ms, words, shape))
 
-    def _confident(self, context: TurnContext, score: Score, prediction: TurnPrediction | None, look_ms: int,
-                   ending: TextEnding | None, held: bool) -> Decision | None:
-        if prediction is None or score.confidence < self._threshold(held):
-            return None
-        return _decision(CommitReason.MODEL, context, score, prediction, look_ms, ending, self._threshold(held))
-
 
 def _decision(reason: CommitReason, context: TurnContext, score: Score, prediction: TurnPrediction | None,
-              look_ms: int | None, ending: TextEnding | None, threshold: float) -> Decision:
+              looks: list[int], ending: TextEnding | None, threshold: float) -> Decision:
+    committed = reason is CommitReason.MODEL
     return Decision(reason, context.waited_ms(), None if prediction is None else prediction.probability, threshold,
                     None if prediction is None else round(prediction.total_ms, 2), ending,
-                    confidence=round(score.confidence, 4), look_ms=look_ms,
-                    evidence={group: round(value, 3) for group, value in score.contributions.items()},
-                    decided_by=score.decided_by(reason is CommitReason.MODEL))
+                    confidence=round(score.confidence, 4), look_ms=looks[-1] if committed else None,
+                    looks_ms=tuple(looks), decided_by=score.decided_by(committed),
+                    evidence={group: round(value, 3) for group, value in score.contributions.items()})
 
 
 async def _bounded(future: asyncio.Future[TurnPrediction] | None, remaining_ms: float) -> TurnPrediction | None:

@@ -21,6 +21,7 @@ YIN_THRESHOLD = 0.2  # the first lag whose normalised difference dips under this
 VOICING = 0.35  # frames whose best normalised difference stays above this are unvoiced
 TAIL_S = 1.0  # the end of the turn that is looked at
 SILENCE_DB = 25.0  # frames this far below the loudest frame are silence (trailing pause trimmed)
+QUIET_DB = -70.0  # a tail whose loudest frame is below this (dB full scale) holds no speech
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,11 @@ def prosody(samples: np.ndarray) -> Prosody:
     if tail.shape[0] < FRAME * 4:
         return NEUTRAL
     frames = _frames(tail)
+    db = _db(frames)
+    if db.max() < QUIET_DB:
+        return NEUTRAL
     semitones = 12.0 * np.log2(_pitch(frames) / 100.0)
+    semitones[db < db.max() - SILENCE_DB] = np.nan  # a quiet frame has no pitch worth reading
     voiced = np.isfinite(semitones)
     times = np.flatnonzero(voiced)
     if times.size < 5:
@@ -98,7 +103,6 @@ def prosody(samples: np.ndarray) -> Prosody:
     last = times[-40:]  # the last 0.4 s of voiced speech, wherever the unvoiced ending starts
     slope = float(np.polyfit(last * (HOP / SAMPLE_RATE), semitones[last], 1)[0])
     pitch_final = float(np.median(semitones[times[-10:]]) - np.median(semitones[times]))
-    db = _db(frames)[-30:]
-    energy = float(np.polyfit(np.arange(db.size) * (HOP / SAMPLE_RATE), db, 1)[0])
+    energy = float(np.polyfit(np.arange(30) * (HOP / SAMPLE_RATE), db[-30:], 1)[0]) if db.size >= 30 else 0.0
     return Prosody(float(np.clip(slope, -60.0, 60.0)), float(np.clip(pitch_final, -12.0, 12.0)),
                    float(np.clip(energy, -300.0, 300.0)), _last_run_lengthening(voiced))

@@ -4,7 +4,8 @@ Per clip, as the server would see it at a pause: the whisper-base transcript (th
 TurnSense probability after ``LOOKS_MS`` of silence (the first look at the pause, the second
 looks later), and the prosody of the turn's end. The audio model gets ``CONTEXT_MS`` of silence
 before the speech, like the seat's ``turn.context_ms``. Whisper and TurnSense dominate the cost
-(about 1 s per clip on one core), so each clip's result is cached under its audio's sha1.
+(about 1 s per clip on one core), so their outputs are cached per clip under its audio's sha1;
+the prosody is computed afresh (milliseconds).
 
     PYTHONPATH=. python -m utils.turns.extract    # writes utils/turns/data/features.json
 """
@@ -44,7 +45,8 @@ def with_pause(samples: np.ndarray, pause_ms: int) -> np.ndarray:
                            np.zeros(pause_ms * 16, dtype=np.int16)])
 
 
-def clip_features(clip: Clip, turnsense: TurnSenseModel, whisper: dict, whisper_dir: Path) -> dict:
+def model_outputs(clip: Clip, turnsense: TurnSenseModel, whisper: dict, whisper_dir: Path) -> dict:
+    """What the two models say about the clip: the costly part, cached."""
     if clip.lang not in whisper:
         whisper[clip.lang] = _whisper(whisper_dir, clip.lang)
     stream = whisper[clip.lang].create_stream()
@@ -53,7 +55,6 @@ def clip_features(clip: Clip, turnsense: TurnSenseModel, whisper: dict, whisper_
     return {
         "text": stream.result.text.strip(),
         "p": {str(look): round(turnsense.predict(with_pause(clip.samples, look)).probability, 6) for look in LOOKS_MS},
-        "prosody": [round(value, 6) for value in prosody(with_pause(clip.samples, LOOKS_MS[0])).as_list()],
     }
 
 
@@ -77,8 +78,9 @@ def main() -> int:
         if cached.is_file():
             features = json.loads(cached.read_text())
         else:
-            features = clip_features(clip, turnsense, whisper, args.models / "whisper-base")
+            features = model_outputs(clip, turnsense, whisper, args.models / "whisper-base")
             cached.write_text(json.dumps(features))
+        features["prosody"] = [round(value, 6) for value in prosody(with_pause(clip.samples, LOOKS_MS[0])).as_list()]
         rows.append({"source": clip.source, "speaker": clip.speaker, "lang": clip.lang, "name": clip.name,
                      "complete": clip.complete, "synthetic": clip.synthetic,
                      "speech_ms": round(len(clip.samples) / 16.0), **features})
