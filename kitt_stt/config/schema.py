@@ -315,6 +315,7 @@ class TurnConfig(_Section):
     policy: TurnPolicy = TurnPolicy.FUSED
     fused_threshold: float = Field(default=0.7, ge=0.0, le=1.01)  # commit at a look at this fused confidence
     fused_looks_ms: list[int] = Field(default_factory=lambda: [300, 600], max_length=4)  # second looks, ms of silence
+    fused_weights: Path | None = None  # the combiner's weights (utils/turns/train.py --out); None: the shipped file
 
     @field_validator("fused_looks_ms")
     @classmethod

@@ -59,4 +59,8 @@ class Combiner:
 
 @lru_cache(maxsize=4)
 def load_combiner(path: Path = WEIGHTS_FILE) -> Combiner:
-    return Combiner.from_dict(json.loads(path.read_text()))
+    """The combiner in ``path``; ``CombinerError`` with the reason when it cannot be used."""
+    try:
+        return Combiner.from_dict(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError, CombinerError) as exc:
+        raise CombinerError(f"{path}: not usable end-of-turn weights: {exc}") from None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kitt_stt.config.schema import AppConfig, TurnPolicy
 from kitt_stt.pipeline.eot import EotPolicy, HoldRule, SilenceTimeoutPolicy, TurnSensePolicy
-from kitt_stt.turn.combiner import load_combiner
+from kitt_stt.turn.combiner import WEIGHTS_FILE, load_combiner
 from kitt_stt.turn.fused_policy import FusedPolicy, FusedSettings
 
 
@@ -18,4 +18,4 @@ def build_policy(config: AppConfig, has_model: bool) -> EotPolicy:
         return TurnSensePolicy(turn.threshold, turn.wait_ms, hold, turn.eager_threshold)
     settings = FusedSettings(turn.fused_threshold, turn.wait_ms, tuple(turn.fused_looks_ms), config.vad.silence_ms,
                              turn.eager_threshold)
-    return FusedPolicy(settings, load_combiner(), hold)
+    return FusedPolicy(settings, load_combiner(turn.fused_weights or WEIGHTS_FILE), hold)

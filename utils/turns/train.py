@@ -113,8 +113,10 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=WEIGHTS_FILE)
     parser.add_argument("--oof", type=Path, help="write the held-out confidences (JSON) for the report")
     parser.add_argument("--check", action="store_true", help="only compare with --out; exit 1 if different")
+    parser.add_argument("--without", nargs="*", default=[], metavar="SPEAKER",
+                        help="leave these speakers out (held-out weights for a server check; turn.fused_weights)")
     args = parser.parse_args()
-    clips = json.loads(args.table.read_text())["clips"]
+    clips = [c for c in json.loads(args.table.read_text())["clips"] if c["speaker"] not in args.without]
     text = weights_text(clips)
     if args.check:
         same = args.out.is_file() and args.out.read_text() == text
