@@ -58,11 +58,6 @@ def test_words_give_evidence_both_ways(text: str, unfinished: bool, complete: bo
     assert (evidence.unfinished, evidence.complete_form) == (unfinished, complete)
 
 
-def test_final_punctuation_is_read() -> None:
-    assert word_evidence("Go forward 10 meters.").final_punctuation
-    assert not word_evidence("go forward").final_punctuation
-
-
 def test_the_training_script_regenerates_the_shipped_weights_bit_for_bit() -> None:
     clips = json.loads(TABLE.read_text())["clips"]
     assert weights_text(clips) == WEIGHTS_FILE.read_text()
@@ -108,7 +103,7 @@ async def test_confident_at_the_pause_commits_at_once_without_a_second_look() ->
     look = FakeLook()
     context = TurnContext(time.perf_counter(), done(0.9), "打开车门", look=look)
     decision = await policy().decide(context)
-    assert decision.reason is CommitReason.MODEL and decision.wait_ms < 50
+    assert decision.reason is CommitReason.MODEL and decision.wait_ms < 300  # no sleep: only the prosody ran
     assert (decision.look_ms, decision.looks_ms, look.asked_at) == (100, (100,), [])
     assert decision.confidence == pytest.approx(0.9, abs=1e-3)
 

@@ -6,7 +6,8 @@ The model's probability enters as a clipped logit, so the combiner can weigh how
 Chosen by leave-one-speaker-out AUC on the labelled set (docs/turns.md): the word count is left
 out (cut turns are shorter than complete ones by construction, so it learns the corpus, not the
 speaker), and so are final punctuation (Whisper punctuates cut phrases too), the pitch slope,
-energy decay and final lengthening, which did not help held-out speakers there.
+energy decay and final lengthening, which did not help held-out speakers there (the feature
+table keeps all four prosody numbers, so a re-fit on other recordings can choose again).
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """What a turn's words say, both ways: ``unfinished`` (``pipeline/turn_text.py``: an ending where
 no request can end) holds a turn; the ``complete`` evidence here shortens its wait.
 
-Complete evidence, each cheap and engine-neutral: sentence-final punctuation from the recognizer
-(Whisper punctuates; SenseVoice with ITN does too); a whole command, a command verb with an
-object after it ("open the window", "打开车门"); a number with its unit ("twenty degrees", "20度");
-a question form ("what is the weather like", "...吗"). Whisper also punctuates many cut phrases,
-so the combiner, not this module, decides how much each is worth.
+Complete evidence, cheap and engine-neutral: a whole command, a command verb with an object
+after it ("open the window", "打开车门"); a number with its unit ("twenty degrees", "20度"); a
+question form ("what is the weather like", "...吗"). The combiner, not this module, decides how
+much that is worth. Sentence-final punctuation was tried and left out: Whisper punctuates cut
+phrases as readily as whole ones ("Front.", "Go forward."), and it did not help held-out speakers.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 from kitt_stt.pipeline.turn_text import TextEnding, text_ending
 
-_FINAL_PUNCTUATION = re.compile(r"[.!?。！？]['\"”’)\]]*\s*$")
 _EN_WORD = re.compile(r"[A-Za-z][A-Za-z']*|\d+")
 _EN_COMMANDS = frozenset({
     "open", "close", "turn", "play", "call", "navigate", "set", "go", "stop", "start", "take", "find",
@@ -43,13 +42,7 @@ _STRIP = re.compile(r"[\s.,!?;:…。，！？；：、\"'”’)\]}]+$")
 @dataclass(frozen=True)
 class WordEvidence:
     unfinished: bool  # the ending cannot end a request (turn_text)
-    final_punctuation: bool  # the recognizer ended the text with . ! ? 。 ！ ？
     complete_form: bool  # a whole command, a number with its unit, or a question form
-    words: int  # English words, or Han characters
-
-    def as_list(self) -> list[float]:
-        return [float(self.unfinished), float(self.final_punctuation), float(self.complete_form),
-                float(min(self.words, 30))]
 
 
 def _complete_form(text: str) -> bool:
@@ -70,7 +63,4 @@ def _complete_form(text: str) -> bool:
 def word_evidence(text: str) -> WordEvidence:
     """Both kinds of evidence for the turn's text so far."""
     unfinished = text_ending(text) is TextEnding.UNFINISHED
-    han = len(_HAN.findall(text))
-    count = han if han else len(_EN_WORD.findall(text))
-    return WordEvidence(unfinished, bool(_FINAL_PUNCTUATION.search(text.strip())),
-                        not unfinished and _complete_form(text), count)
+    return WordEvidence(unfinished, not unfinished and _complete_form(text))
