@@ -7,7 +7,7 @@ from typing import Any
 
 from kitt_stt.observability.metrics import Metrics
 from kitt_stt.observability.trace import Tracer, Track
-from kitt_stt.scheduler.inference import TraceTag
+from kitt_stt.scheduler.jobs import TraceTag
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from kitt_stt.pipeline.turn_tracker import TurnTracker
 from kitt_stt.protocol.errors import ErrorCode
 from kitt_stt.protocol.frames import ErrorFrame, FinalFrame, InterimFrame, ServerFrame
 from kitt_stt.scheduler import DecodeOutcome, InferenceScheduler, Priority
-from kitt_stt.scheduler.inference import TraceTag
+from kitt_stt.scheduler.jobs import TraceTag
 from kitt_stt.text import StagedText
 
 log = logging.getLogger(__name__)
