@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
+import yaml
 
 from kitt_stt.asr.engine import AsrRequest, DecodeOptions
 from kitt_stt.asr.language import LanguageGuess, SegmentLanguage, TurnLanguage, restricted_guess
@@ -64,6 +67,30 @@ def test_a_turn_keeps_its_language_unless_later_evidence_is_clearly_stronger() -
     assert alone.resolve(piece(60), detector("en", 0.9)).lang == "zh"  # the early guess holds until 100 samples
     assert alone.resolve(piece(150), detector("en", 0.9)).lang == "en"  # then the segment decides once
     assert calls == [50, 150]
+
+
+def test_a_segments_decision_replaces_its_own_early_guess() -> None:
+    """A 300 ms chunk made the turn's first guess (zh, 0.7); the segment's decision on more of the same
+    speech (en, 0.8) must win without the switch margin, or the shortest audio decides the turn."""
+    turn = TurnLanguage()
+    so_far = {"audio": np.zeros(50, dtype=np.int16)}
+    segment = turn.segment(0.25, 100, audio=lambda: so_far["audio"])
+    assert segment.resolve(so_far["audio"], lambda _a: LanguageGuess("zh", 0.7)).lang == "zh"
+    assert turn.guess == LanguageGuess("zh", 0.7)
+    so_far["audio"] = np.zeros(150, dtype=np.int16)
+    assert segment.resolve(so_far["audio"], lambda _a: LanguageGuess("en", 0.8)).lang == "en"
+    assert turn.guess == LanguageGuess("en", 0.8)
+    # a later segment's evidence against the decided language still needs the margin
+    later = turn.segment(0.25, 100, audio=lambda: so_far["audio"])
+    assert later.resolve(so_far["audio"], lambda _a: LanguageGuess("zh", 0.9)).lang == "en"
+    # and a segment that inherited the turn's language (no early guess of its own) cannot drop it
+    inherited = TurnLanguage()
+    inherited.settle(LanguageGuess("en", 0.6))
+    short = {"audio": np.zeros(50, dtype=np.int16)}
+    segment = inherited.segment(0.25, 100, audio=lambda: short["audio"])
+    assert segment.resolve(short["audio"], lambda _a: LanguageGuess("zh", 0.99)).lang == "en"
+    short["audio"] = np.zeros(150, dtype=np.int16)
+    assert segment.resolve(short["audio"], lambda _a: LanguageGuess("zh", 0.7)).lang == "en"
 
 
 def test_a_segment_detects_on_its_audio_so_far_not_on_a_short_piece() -> None:
@@ -191,7 +218,7 @@ def test_ort_sense_voice_decides_on_an_unforced_language_query(model_cache: Path
     turn = TurnLanguage()
     turn.settle(LanguageGuess("en", 0.3))
     so_far = {"audio": audio[:8000]}
-    segment = turn.segment(0.25, audio=lambda: so_far["audio"])
+    segment = turn.segment(0.25, 16000, audio=lambda: so_far["audio"])
     options = DecodeOptions(language="auto", languages=("zh", "en"), segment_language=segment)
     early = engine.decode_batch([AsrRequest(so_far["audio"], options)])[0]
     assert early.lang == "en" and segment.decided is None  # the turn's language, masked; nothing decided
@@ -237,3 +264,25 @@ def test_whisper_builds_its_language_step_only_when_auto_has_a_choice(whisper_di
     assert only.lang == "en" and only.lang_probability == 1.0 and built == []
     chosen = engine.decode_batch([AsrRequest(english, DecodeOptions(language="auto", languages=("zh", "en")))])[0]
     assert chosen.lang in ("zh", "en") and built == [1]
+
+
+README_EXAMPLES = (("en_go_forward_ten_meters", "en", "forward"), ("zh_da_kai_che_men", "zh", "车门"))
+
+
+@pytest.mark.timeout(300)
+def test_the_readmes_transcribe_examples_need_no_language(tmp_path: Path, model_cache: Path, whisper_dir: Path,
+                                                          turnsense_dir: Path) -> None:
+    """The README's two commands as a newcomer runs them: ``kitt-stt transcribe FILE --realtime``
+    without ``--language``, against a server with config.yaml's asr, vad, interim and turn sections
+    (whisper-base, auto within [zh, en], Silero VAD, interims). Every final (interims and chunks
+    decide the segment's language before it) must be in the recording's language."""
+    shipped = yaml.safe_load((Path(__file__).parents[1] / "config.yaml").read_text(encoding="utf-8"))
+    overrides = {section: shipped[section] for section in ("asr", "vad", "interim", "turn")}
+    with run_server(tmp_path, model_cache, overrides) as server:
+        for clip, lang, word in README_EXAMPLES:
+            printed = subprocess.run([sys.executable, "-m", "kitt_stt", "transcribe", str(SPEECH / f"{clip}.wav"),
+                                      "--url", server.url, "--realtime"], capture_output=True, text=True, timeout=120)
+            assert printed.returncode == 0, printed.stderr
+            finals = [line for line in printed.stdout.splitlines() if line.startswith("final")]
+            assert finals and all(f"(lang={lang}," in line for line in finals), printed.stdout
+            assert word in " ".join(finals).lower(), printed.stdout

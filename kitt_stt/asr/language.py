@@ -10,9 +10,11 @@ and the best of the rest wins, with its probability renormalised over the set (a
 Why once per segment: chunks and interims of one segment are decoded separately; detecting on
 each would let the pieces of one sentence flip between zh and en and, for Whisper, pay an
 encoder pass per piece. The first decode of a segment that has at least ``min_samples`` of audio
-so far decides, reading the segment's audio from its start (not just that decode's piece, which
+so far (1.8 s) decides, reading the segment's audio from its start (not just that decode's piece, which
 may be a 300 ms chunk); before that, pieces use the turn's language, or one early guess that
 also sets the turn's (so at most two detections per segment; a short segment keeps its guess).
+The decision replaces the segment's own early guess as the turn's language without the switch
+margin: it read more of the same speech (the margin would let 0.7 s outvote 1.5 s).
 
 Why per turn: a turn keeps the language its first segment decided unless a later segment's
 evidence is clearly stronger (its probability exceeds the turn's by ``switch_margin``). A turn's
@@ -33,7 +35,11 @@ import numpy as np
 T = TypeVar("T")
 
 DEFAULT_SWITCH_MARGIN = 0.25
-DEFAULT_MIN_SAMPLES = 16000  # 1 s of 16 kHz audio: a segment shorter so far does not decide
+# 1.8 s of 16 kHz audio: a segment shorter so far does not decide. The VAD's 300 ms pre-roll plus
+# the 1.5 s of speech the Whisper step reads: on less, whisper-base's zh/en scores still swing
+# (en_go_forward_ten_meters read zh on 0.9-1.1 s of speech and en from 1.3 s on, lid_report's
+# setting), and deciding at 1 s made the README's English example come back zh now and then.
+DEFAULT_MIN_SAMPLES = 28800
 
 
 @dataclass(frozen=True)
@@ -89,13 +95,14 @@ class TurnLanguage:
             return self._guess
 
     def settle(self, guess: LanguageGuess, switch_margin: float = DEFAULT_SWITCH_MARGIN,
-               allowed: Sequence[str] = ()) -> LanguageGuess:
+               allowed: Sequence[str] = (), provisional: LanguageGuess | None = None) -> LanguageGuess:
         """The turn's language after a segment detected ``guess``: the first guess sets it; a
         different language replaces it only with clearly stronger evidence, or when the turn's is
-        outside the segment's ``allowed`` set (empty: any)."""
+        outside the segment's ``allowed`` set (empty: any), or when the turn's is the same
+        segment's own early guess (``provisional``, made on less audio than the decision)."""
         with self._lock:
             current = self._guess
-            if current is None or not _within(current, allowed) or (
+            if current is None or current is provisional or not _within(current, allowed) or (
                     guess.lang != current.lang and guess.probability >= current.probability + switch_margin):
                 self._guess = current = guess
             return current
@@ -125,6 +132,7 @@ class SegmentLanguage:
         self._audio = audio
         self._guess: LanguageGuess | None = None
         self._latest: LanguageGuess | None = None  # before the decision: what the pieces use
+        self._early: LanguageGuess | None = None  # this segment's own early guess, if it made one
         self._lock = threading.Lock()  # held while detecting, so concurrent pieces detect once
 
     @property
@@ -156,11 +164,13 @@ class SegmentLanguage:
                 if turn_guess is not None:
                     self._latest = turn_guess
                 elif self._latest is None:  # the turn's first words: their language is the turn's until clearly not
-                    guess = detect(audio)
-                    self._latest = self._settled(guess)
+                    self._early = detect(audio)
+                    self._latest = self._settled(self._early)
                 return self._latest
-            self._guess = self._settled(detect(audio))
+            self._guess = self._settled(detect(audio), provisional=self._early)
             return self._guess
 
-    def _settled(self, guess: LanguageGuess) -> LanguageGuess:
-        return self._turn.settle(guess, self._switch_margin, self._allowed) if self._turn is not None else guess
+    def _settled(self, guess: LanguageGuess, provisional: LanguageGuess | None = None) -> LanguageGuess:
+        if self._turn is None:
+            return guess
+        return self._turn.settle(guess, self._switch_margin, self._allowed, provisional)

@@ -12,8 +12,15 @@ Its cost is mostly the encoder, which grows with the frames it reads: sherpa-onn
 ``tail_paddings`` frames of silence for decoding (700 = 7 s here); the language step reads at
 most ``window_frames`` of the speech (quiet ends trimmed) and ``pad_frames`` of silence.
 ``bias`` adds a constant to a language's score (a log prior: on short commands whisper-base
-scores Mandarin too low). ``utils/performance/lid_report.py`` tunes the three on some recordings
-and reports on others (docs/models.md, "Language detection").
+scores Mandarin too low).
+
+The padding is the value Whisper itself sees after speech: it pads the audio with digital
+silence, whose log-mel is clamped to the window's maximum less 8, i.e. ``mel.max() - 2`` once
+normalised. sherpa-onnx pads its features with 0 (the normalised value of log10 = -4, louder
+than that floor), and on that padding whisper-base's language scores were worse: with Whisper's
+own floor, 300 frames separate zh from en better than 700 frames of zeros.
+``utils/performance/lid_report.py`` tunes the window, the padding and the bias on some
+recordings and reports on others (docs/models.md, "Language detection").
 """
 
 from __future__ import annotations
@@ -66,8 +73,8 @@ def whisper_log_mel(samples: np.ndarray) -> np.ndarray:
 
 
 class WhisperLanguageDetector:
-    def __init__(self, model: WhisperModel, num_threads: int = 1, window_frames: int = 150, pad_frames: int = 700,
-                 bias: Mapping[str, float] | None = None) -> None:
+    def __init__(self, model: WhisperModel, num_threads: int = 1, window_frames: int = 150, pad_frames: int = 300,
+                 bias: Mapping[str, float] | None = None, pad_as_whisper: bool = True) -> None:
         metadata = read_model_header(model.encoder_path).metadata
         self._sot = int(metadata["sot"])
         codes = metadata.get("all_language_codes", "en").split(",")
@@ -78,6 +85,7 @@ class WhisperLanguageDetector:
         self._window_frames = min(window_frames, MAX_FRAMES)
         self._pad_frames = pad_frames
         self._bias = dict(bias or {})
+        self._pad_as_whisper = pad_as_whisper  # False: sherpa-onnx's zeros (the report's "before")
         options = ort.SessionOptions()
         options.intra_op_num_threads = num_threads
         options.inter_op_num_threads = 1
@@ -103,7 +111,8 @@ class WhisperLanguageDetector:
         those at the language tokens)."""
         mel = whisper_log_mel(speech_span(samples)[: self._window_frames * FRAME_SAMPLES])
         frames = min(mel.shape[1] + self._pad_frames, MAX_FRAMES)
-        padded = np.zeros((1, mel.shape[0], max(frames, 2)), dtype=np.float32)  # 0 is silence once normalised
+        silence = mel.max() - 2.0 if self._pad_as_whisper and mel.size else 0.0
+        padded = np.full((1, mel.shape[0], max(frames, 2)), silence, dtype=np.float32)
         padded[0, :, : mel.shape[1]] = mel[:, :frames]
         cross_k, cross_v = self._encoder.run(None, {"mel": padded})
         cache = np.zeros(self._cache_shape, dtype=np.float32)

@@ -43,8 +43,8 @@ class WhisperOptions(Section):
     # the restricted language step (asr/whisper_language.py): how much speech it reads, the silence
     # after it, and log-prior offsets per language; chosen by utils/performance/lid_report.py
     language_window_ms: int = Field(default=1500, ge=500, le=29_500)
-    language_pad_frames: int = Field(default=700, ge=0, le=2000)
-    language_bias: dict[str, float] = Field(default_factory=lambda: {"zh": 3.0})
+    language_pad_frames: int = Field(default=300, ge=0, le=2000)
+    language_bias: dict[str, float] = Field(default_factory=lambda: {"zh": 2.15})
 
 
 class AsrConfig(Section):

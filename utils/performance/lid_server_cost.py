@@ -35,6 +35,7 @@ from tests.helpers import collect_until, of_type, run_server, send_pcm, silence 
 from utils.performance.lid_corpus import Recording, load_corpus  # noqa: E402
 
 ASR_STAGES = ("asr.language", "asr.features", "asr.decode", "asr.postprocess")
+DETECTION_MS = 20.0  # an asr.language span this long ran the step (a reused guess takes microseconds)
 
 
 async def _stream(url: str, rec: Recording) -> list[dict[str, Any]]:
@@ -45,14 +46,19 @@ async def _stream(url: str, rec: Recording) -> list[dict[str, Any]]:
 
 
 def _segment_times(trace: Path) -> dict[tuple[str, int], dict[str, float]]:
+    """Per segment, the milliseconds of each ASR stage, and under "detections" how many
+    ``asr.language`` spans ran the step."""
     with gzip.open(trace, "rt") as handle:
         events = json.load(handle)
     events = events["traceEvents"] if isinstance(events, dict) else events
-    times: dict[tuple[str, int], dict[str, float]] = defaultdict(lambda: dict.fromkeys(ASR_STAGES, 0.0))
+    times: dict[tuple[str, int], dict[str, float]] = defaultdict(
+        lambda: {**dict.fromkeys(ASR_STAGES, 0.0), "detections": 0.0})
     for event in events:
         if event.get("name") in ASR_STAGES and "segment" in event.get("args", {}):
             args = event["args"]
-            times[(str(args.get("session")), int(args["segment"]))][event["name"]] += event.get("dur", 0) / 1000.0
+            segment = times[(str(args.get("session")), int(args["segment"]))]
+            segment[event["name"]] += event.get("dur", 0) / 1000.0
+            segment["detections"] += event["name"] == "asr.language" and event.get("dur", 0) / 1000.0 >= DETECTION_MS
     return times
 
 
@@ -86,10 +92,12 @@ def main() -> None:
                       + "; ".join(f"{f['lang']} {f['lang_probability']} {f['text']!r}" for f in finals), flush=True)
             time.sleep(2.5)  # one more flush of the trace
         times = _segment_times(trace)
-    shares = [parts["asr.language"] / total for parts in times.values() if (total := sum(parts.values())) > 0]
+    totals = {key: sum(parts[stage] for stage in ASR_STAGES) for key, parts in times.items()}
+    shares = [parts["asr.language"] / totals[key] for key, parts in times.items() if totals[key] > 0]
+    detections = [parts["detections"] for parts in times.values()]
     print(f"\n{len(shares)} segments: language step = median {statistics.median(shares):.1%}, mean "
-          f"{statistics.mean(shares):.1%} of the segment's ASR time; finals in the right language: "
-          f"{right}/{len(recordings)}")
+          f"{statistics.mean(shares):.1%} of the segment's ASR time; {statistics.mean(detections):.2f} detections "
+          f"per segment (spans >= {DETECTION_MS:.0f} ms); finals in the right language: {right}/{len(recordings)}")
 
 
 if __name__ == "__main__":
