@@ -31,7 +31,7 @@ from kitt_stt.asr.recognizer_cache import LruCache
 from kitt_stt.asr.sense_voice_model import LANGUAGES, SenseVoiceModel, read_tokens
 from kitt_stt.asr.text import strip_tags, tag_value
 from kitt_stt.asr.token_timing import timed_tokens
-from kitt_stt.asr.words import overall_confidence, words_from_tokens
+from kitt_stt.asr.words import TimedWord, overall_confidence, words_from_tokens
 from kitt_stt.config.schema import AsrConfig, Provider
 from kitt_stt.hotwords import Hotword
 from kitt_stt.quote import quoted
@@ -176,7 +176,7 @@ class OrtSenseVoiceEngine(AsrEngine):
         symbols = [self._tokens[token] for token in decoded.token_ids]
         body = symbols[PREFIX_FRAMES:]
         text = "".join(body)
-        words = ()
+        words: tuple[TimedWord, ...] = ()
         if request.options.words:  # only when asked: a softmax over the vocabulary per token
             tokens = timed_tokens(logits, length, decoded, symbols, PREFIX_FRAMES, FRAME_MS)
             words = tuple(words_from_tokens(token for token in tokens if not _is_tag(token.text)))

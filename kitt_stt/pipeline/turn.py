@@ -67,6 +67,7 @@ class Turn:
     staged_finals: dict[int, StagedText] = field(default_factory=dict)  # each final as it was sent
     _staged: tuple[tuple[int, ...], StagedText] | None = field(default=None, repr=False)
     wake_sent: bool = False
+    confidences: dict[int, float] = field(default_factory=dict)  # words sessions: each final's confidence
 
     def text(self) -> str:
         """The segments' texts as recognised, joined (before the text stage)."""
@@ -384,7 +385,8 @@ class TurnTracker:
         if wake is not None:
             metadata["wake"] = wake
         frame = CommitFrame(seat=self._seat, turn_id=self._announce(turn), text=text,
-                            segment_ids=list(turn.segment_ids), metadata=metadata)
+                            segment_ids=list(turn.segment_ids), metadata=metadata,
+                            confidence=min(turn.confidences.values(), default=None))
         log.debug("turn committed: %s after %.0f ms", decision.reason.value, decision.wait_ms,
                   extra={"turn": frame.turn_id, "segment": turn.segment_ids[-1]})
         self._emit(frame)

@@ -81,7 +81,7 @@ class Connection:
             language=asr.language, use_itn=asr.use_itn, interim=self._config.interim.enabled,
             hotwords=parse_hotwords(asr.hotwords), eager=self._config.turn.eager_events,
             stage=TextStage(self._config.text, self._config.wake), switch_margin=asr.language_switch_margin,
-            languages=auto_languages(asr.auto_languages, state.engine.info.languages),
+            languages=auto_languages(asr.auto_languages, state.engine.info.languages), words=asr.words,
         )
         self._seats: dict[str, SeatPipeline] = {}
         self._limiters: dict[str, AudioRateLimiter] = {}
@@ -177,7 +177,8 @@ class Connection:
         server = self._config.server
         return ReadyFrame(
             session_id=self.session_id,
-            model=ModelInfo(name=info.name, kind=info.kind, provider=info.provider, hotwords=info.hotwords),
+            model=ModelInfo(name=info.name, kind=info.kind, provider=info.provider, hotwords=info.hotwords,
+                            words=info.words),
             limits=Limits(
                 sample_rate=SAMPLE_RATE, frame_ms=20, max_frame_ms=server.max_frame_ms,
                 max_seats=server.max_seats, max_segment_ms=self._config.vad.max_segment_ms,
@@ -340,6 +341,7 @@ class Connection:
             settings = settings.updated(stage=updated_stage(self._settings.stage, frame.wake, frame.text))
         if frame.languages is not None:
             settings = settings.updated(languages=checked_languages(frame.languages, self._state.engine.info.languages))
+        settings = settings.updated(words=frame.words)
         decoding = settings.decode_hotwords()  # wake phrases are hotwords too: charged once the frame is applied
         if self._hotword_changes.charge(decoding) and decoding:
             await self._prepare_hotwords(decoding)
