@@ -8,6 +8,9 @@ on a clean burst, lower on one masked by noise.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -188,3 +191,19 @@ async def test_an_engine_that_cannot_time_words_says_so_and_sends_none(tmp_path:
     [final] = of_type(frames, "final")
     assert final["text"] == "打开车门" and "words" not in final and "confidence" not in final
     assert "confidence" not in commits(frames)[0]
+
+
+def test_transcribe_words_prints_each_word_with_its_times_and_confidence(words_server, tmp_path: Path) -> None:
+    wav = tmp_path / "say.wav"
+    run = partial(subprocess.run, capture_output=True, text=True, timeout=60)
+    assert run([sys.executable, "-m", "kitt_stt", "synth", "打开车门", str(wav)]).returncode == 0
+    result = run([sys.executable, "-m", "kitt_stt", "transcribe", str(wav), "--url", words_server.url, "--words"])
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    printed = [line.split() for line in lines if line.startswith("  word")]
+    assert [fields[-1] for fields in printed] == ["打", "开", "车", "门"], lines
+    starts = [float(fields[1].split("-")[0]) for fields in printed]
+    assert starts == sorted(starts) and all(float(fields[2]) > 0.99 for fields in printed), lines
+    assert any(line.startswith("final") and "confidence=" in line for line in lines), lines
+    plain = run([sys.executable, "-m", "kitt_stt", "transcribe", str(wav), "--url", words_server.url])
+    assert "  word" not in plain.stdout and "confidence=" not in plain.stdout

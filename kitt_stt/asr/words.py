@@ -87,6 +87,9 @@ def words_from_tokens(tokens: Iterable[TimedToken]) -> list[TimedWord]:
                 if drafts:
                     drafts[-1].open = False
                 continue
+            if unicodedata.category(char)[0] == "M" and drafts:  # a combining mark (Thai vowels, accents)
+                drafts[-1].add(char, token)
+                continue
             if is_punctuation(char):
                 if drafts:
                     drafts[-1].add(char, token)
