@@ -5,11 +5,12 @@ while it stays more likely than blank, up to the next token's frame. For greedy 
 exactly the path (between two emissions the argmax is the token or blank); for beam search, whose
 hypotheses keep only emission frames, it is the same rule applied to the chosen prefix.
 
-Confidence is the token's softmax posterior at its best frame in that run. CTC models are peaky:
-a token lives on one or two frames and blank owns the rest, so an average over the run would
-measure how long the spike is, not how sure the model is; the peak is the probability the model
-gave this token where it put it. Only the run's frames are normalised (a log-sum-exp over the
-vocabulary for a handful of frames), so the cost is per token, not per frame of audio.
+Confidence is the token's softmax posterior at the frame where it was emitted: the probability
+the model gave this token where the path put it. CTC models are peaky (a token lives on one or
+two frames and blank owns the rest), so an average over frames would measure how long the spike
+is, not how sure the model is; and on the frames after the emission a repeat only says the token
+goes on. Only those frames are normalised (a log-sum-exp over the vocabulary per token), so the
+cost is per token, not per frame of audio.
 """
 
 from __future__ import annotations
@@ -35,20 +36,15 @@ def token_runs(logits: np.ndarray, length: int, decoded: CtcResult, blank: int =
     return runs
 
 
-def token_posteriors(logits: np.ndarray, decoded: CtcResult, runs: Sequence[tuple[int, int]]) -> list[float]:
-    """Each token's highest softmax probability over its run."""
-    if not runs:
+def token_posteriors(logits: np.ndarray, decoded: CtcResult) -> list[float]:
+    """Each token's softmax probability at the frame where it was emitted."""
+    if not decoded.frames:
         return []
-    rows = sorted({frame for first, last in runs for frame in range(first, last + 1)})
-    block = np.asarray(logits[rows], dtype=np.float64)
-    peak = block.max(axis=-1, keepdims=True)
-    log_norm = (peak + np.log(np.exp(block - peak).sum(axis=-1, keepdims=True)))[:, 0]
-    where = {frame: position for position, frame in enumerate(rows)}
-    posteriors = []
-    for token, (first, last) in zip(decoded.token_ids, runs, strict=True):
-        best = max(block[where[frame], token] - log_norm[where[frame]] for frame in range(first, last + 1))
-        posteriors.append(float(np.exp(best)))
-    return posteriors
+    block = np.asarray(logits[decoded.frames], dtype=np.float64)
+    peak = block.max(axis=-1)
+    log_norm = peak + np.log(np.exp(block - peak[:, None]).sum(axis=-1))
+    chosen = block[np.arange(len(decoded.frames)), decoded.token_ids]
+    return [float(value) for value in np.exp(chosen - log_norm)]
 
 
 def timed_tokens(logits: np.ndarray, length: int, decoded: CtcResult, symbols: Sequence[str],
@@ -58,6 +54,6 @@ def timed_tokens(logits: np.ndarray, length: int, decoded: CtcResult, symbols: S
     ``[(f - skip) * frame_ms, (f - skip + 1) * frame_ms)``."""
     body = CtcResult(decoded.token_ids[skip:], decoded.frames[skip:])
     runs = token_runs(logits, length, body)
-    posteriors = token_posteriors(logits, body, runs)
+    posteriors = token_posteriors(logits, body)
     return [TimedToken(symbol, (first - skip) * frame_ms, (last - skip + 1) * frame_ms, probability)
             for symbol, (first, last), probability in zip(symbols[skip:], runs, posteriors, strict=True)]

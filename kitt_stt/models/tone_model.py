@@ -15,13 +15,13 @@ How it decides, per 10 ms fbank frame ("sub-frame") of the LFR input:
    detrended and compared (cosine) with one prototype per pitch; a match above
    ``MATCH_THRESHOLD`` emits that pitch's token in the LFR frame that holds the onset.  The
    logits there are soft (``SCORE`` for the best pitch, ``SHARPNESS`` x cosine gap less for the
-   others), so a buzz between two pitches gives two close scores that hotwords can tip; blank
-   there trails the best pitch by a margin that grows with the match, so the token's posterior
-   is its confidence (near 1 on a clean burst, lower on one masked by noise).
+   others), so a buzz between two pitches gives two close scores that hotwords can tip;
+4. the token's posterior says how well the burst matched, and a clear match is held over the
+   burst's fully voiced frames, so word times span the burst (:mod:`.tone_timing`).
 
-Emitting once per onset (instead of once per voiced frame) is what lets 80 ms bursts separated
-by 60 ms gaps decode exactly despite the 60 ms LFR frame rate: two onsets are always >= 140 ms
-apart, so a blank frame always separates repeated tokens.
+Emitting at an onset and then only on fully voiced frames (instead of on every voiced frame) is
+what lets 80 ms bursts separated by 60 ms gaps decode exactly despite the 60 ms LFR frame rate:
+a blank frame always separates repeated tokens.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from kitt_stt.asr.features import LFR_SHIFT, LFR_WINDOW, NUM_MEL_BINS, log_mel
 from kitt_stt.models.onnx_metadata import set_metadata
+from kitt_stt.models.tone_timing import timing_nodes
 from kitt_stt.models.tone_synth import TONE_PITCHES, buzz
 
 SPECIAL_TOKENS = [
@@ -68,11 +69,6 @@ LOCAL_MAX_RADIUS = 12  # sub-frames (120 ms) either side
 RUN_LENGTH = 10  # sub-frames averaged after an onset
 SCORE = 10.0
 SHARPNESS = 40.0  # logit units per unit of cosine gap between the best pitch and another
-# Blank's logit at an emission: SCORE less CONFIDENCE_SLOPE x (cosine - MATCH_THRESHOLD), at least
-# MIN_BLANK_MARGIN below the token, so the token always wins (decoding is as without it) but its
-# posterior is near 1 for a clean burst (cosine ~1) and lower for one masked by noise.
-CONFIDENCE_SLOPE = 20.0
-MIN_BLANK_MARGIN = 0.5
 OPSET = 17
 
 
@@ -183,8 +179,6 @@ def build_graph() -> onnx.ModelProto:
         _const("score", SCORE),
         _const("neg_score", -SCORE),
         _const("sharpness", SHARPNESS),
-        _const("confidence_slope", CONFIDENCE_SLOPE),
-        _const("min_margin", MIN_BLANK_MARGIN),
         _const("silent_offset", 3 * SCORE),
         _const("shape_emit", [0, -1, LFR_SHIFT], np.int64),
         _const("detrend", detrend),
@@ -276,23 +270,14 @@ def build_graph() -> onnx.ModelProto:
         n("Reshape", ["emit", "shape_emit"], ["frame_emit"]),
         n("ReduceMax", ["frame_emit"], ["any_hit"], axes=[2], keepdims=1),
         n("Sub", ["one_f", "any_hit"], ["blank_hit"]),
-        n("Mul", ["blank_hit", "score"], ["silent_blank_logit"]),
-        # At an emission, blank trails the token by a margin that grows with the match (see
-        # CONFIDENCE_SLOPE), so the token's posterior says how well the burst matched.
-        n("Mul", ["best", "emit"], ["best_emit"]),
-        n("Reshape", ["best_emit", "shape_emit"], ["frame_best_sub"]),
-        n("ReduceMax", ["frame_best_sub"], ["frame_best"], axes=[2], keepdims=1),
-        n("Sub", ["frame_best", "threshold"], ["above_threshold"]),
-        n("Mul", ["above_threshold", "confidence_slope"], ["margin_raw"]),
-        n("Max", ["margin_raw", "min_margin"], ["margin"]),
-        n("Sub", ["score", "margin"], ["hit_blank"]),
-        n("Mul", ["any_hit", "hit_blank"], ["hit_blank_logit"]),
-        n("Add", ["silent_blank_logit", "hit_blank_logit"], ["blank_logit"]),
+    ]
+    blank_logit, tone_logits = timing_nodes(nodes, inits, num_tones)  # confidence and duration
+    nodes += [
         n("Mul", ["blank_hit", "one_f"], ["special_base_tmp"]),
         n("Sub", ["special_base_tmp", "special_base_tmp"], ["special_zero"]),
         n("Add", ["special_zero", "neg_score"], ["special_one"]),
         n("Tile", ["special_one", "special_repeats"], ["special_logits"]),
-        n("Concat", ["blank_logit", "special_logits", "tone_logits"], ["body"], axis=2),
+        n("Concat", [blank_logit, "special_logits", tone_logits], ["body"], axis=2),
         # The four SenseVoice prefix frames: language, emotion, event, text-norm.
         n("Shape", ["x"], ["x_shape"]),
         n("Slice", ["x_shape", "zero_i", "one_i"], ["batch"]),
