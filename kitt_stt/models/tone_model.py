@@ -35,8 +35,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from kitt_stt.asr.features import LFR_SHIFT, LFR_WINDOW, NUM_MEL_BINS, log_mel
 from kitt_stt.models.onnx_metadata import set_metadata
-from kitt_stt.models.tone_timing import timing_nodes
 from kitt_stt.models.tone_synth import TONE_PITCHES, buzz
+from kitt_stt.models.tone_timing import timing_nodes
 
 SPECIAL_TOKENS = [
     "<blk>",
