@@ -207,3 +207,24 @@ def test_transcribe_words_prints_each_word_with_its_times_and_confidence(words_s
     assert any(line.startswith("final") and "confidence=" in line for line in lines), lines
     plain = run([sys.executable, "-m", "kitt_stt", "transcribe", str(wav), "--url", words_server.url])
     assert "  word" not in plain.stdout and "confidence=" not in plain.stdout
+
+
+@pytest.mark.parametrize("value", [2.0, -0.1, "0.5", True])
+async def test_a_wake_min_confidence_outside_0_to_1_is_bad_field(words_server, value: Any) -> None:
+    async with connect(words_server.url) as session:
+        await session.start(wake={"phrases": ["ABC"], "mode": "detect", "min_confidence": value})
+        [error] = of_type(await collect_until(session, lambda fs: bool(of_type(fs, "error")), 5), "error")
+    assert error["code"] == "bad_field" and "min_confidence" in error["message"], error
+
+
+async def test_a_refused_wake_phrase_stays_refused_when_the_turn_is_restaged(words_server) -> None:
+    """A turn of two segments is run through the text stage again as one text for its commit
+    ("ABC" | "打开车门" -> "ABC打开车门"): the wake phrase its first final refused must not wake it there."""
+    pcm = masked("ABC", 1, snr_db=0.0, tail_ms=700) + tone_pcm("打开车门", lead_ms=0)
+    _, frames = await session_frames(words_server, pcm, words=True,
+                                     wake={"phrases": ["ABC"], "mode": "detect", "min_confidence": 0.99})
+    finals = of_type(frames, "final")
+    [commit] = commits(frames)
+    assert [final["text"] for final in finals] == ["ABC", "打开车门"] and commit["segment_ids"] == [1, 2]
+    assert commit["text"] == "ABC打开车门" and commit["metadata"]["wake"]["woken"] is False
+    assert of_type(frames, "wake") == []

@@ -168,6 +168,7 @@ class SegmentDecoder:
         staged = await self._staged_final(segment, turn, text, lang)
         words = None if placed is None else final_words(placed, staged)
         if words is not None and wake_refused(words, turn.stage):  # heard too unsure to wake
+            turn.wake_refused = True
             staged = await self._staged_final(segment, turn, text, lang, wake=False)
             words = final_words(placed or [], staged)
         if staged.wake is not None:
