@@ -8,6 +8,7 @@ on a clean burst, lower on one masked by noise.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from functools import partial
@@ -18,6 +19,7 @@ import numpy as np
 import pytest
 
 from kitt_stt.client.session import connect
+from kitt_stt.models.tone_model import TOKENS
 from kitt_stt.models.tone_synth import ToneStyle, synthesize, to_pcm16
 from tests.helpers import collect_until, commits, of_type, run_server, send_pcm, silence, tone_pcm
 
@@ -228,3 +230,38 @@ async def test_a_refused_wake_phrase_stays_refused_when_the_turn_is_restaged(wor
     assert [final["text"] for final in finals] == ["ABC", "打开车门"] and commit["segment_ids"] == [1, 2]
     assert commit["text"] == "ABC打开车门" and commit["metadata"]["wake"]["woken"] is False
     assert of_type(frames, "wake") == []
+
+
+#: The tone model's twelve sounds given other scripts' tokens (same ids, same model): the real
+#: engine and server then write Kana, Hangul, Thai, punctuation and SentencePiece word starts.
+SCRIPT_TOKENS = {"打": "ド", "开": "ア", "关": "。", "车": "▁문을", "门": "เปิ", "窗": "ด",
+                 "A": "▁open", "B": "'s", "C": "▁do", "D": "or", "E": "!", "F": "“"}
+
+
+@pytest.fixture(scope="module")
+def scripts_server(tmp_path_factory: pytest.TempPathFactory, tone_dir: Path):
+    model = tmp_path_factory.mktemp("scripts-model")
+    shutil.copy(tone_dir / "model.onnx", model / "model.onnx")
+    tokens = [SCRIPT_TOKENS.get(token, token) for token in TOKENS]
+    (model / "tokens.txt").write_text("".join(f"{token} {index}\n" for index, token in enumerate(tokens)))
+    overrides = {"asr": {"model": str(model)}, "turn": {"wait_ms": 400}, "text": {"script": "as_is"}}
+    with run_server(tmp_path_factory.mktemp("scripts"), tmp_path_factory.mktemp("cache"), overrides) as server:
+        yield server
+
+
+async def test_every_word_rule_through_a_real_server(scripts_server) -> None:
+    """Kana and Thai one character each (a Thai vowel sign with its consonant), Hangul and Latin
+    words as written, a token's leading ▁ starting a word, punctuation with the word before (at the
+    start: the word after), an apostrophe inside a word: all from the engine's own tokens."""
+    spoken = "F打开关车门窗ABCDE"  # “ ド ア 。 ▁문을 เปิ ด ▁open 's ▁do or !
+    _, frames = await session_frames(scripts_server, tone_pcm(spoken), words=True)
+    [final] = of_type(frames, "final")
+    texts = [word["text"] for word in final["words"]]
+    assert texts == ["“ド", "ア。", "문을", "เ", "ปิ", "ด", "open's", "door!"], texts
+    assert "".join(texts) == final["text"].replace(" ", "")  # the words spell the text
+    starts = burst_starts(len(spoken), 300)
+    # a word starts with its first sound (the leading “ is the first burst), ends after its last
+    expected = [(0, 1), (2, 3), (4, 4), (5, 5), (5, 5), (6, 6), (7, 8), (9, 11)]
+    for word, (first, last) in zip(final["words"], expected, strict=True):
+        assert abs(word["start_ms"] - starts[first]) <= FRAME_MS, word
+        assert abs(word["end_ms"] - (starts[last] + BURST_MS)) <= FRAME_MS, word

@@ -35,6 +35,7 @@ def spelled(words: list[TimedWord]) -> list[str]:
     (["打开", " GPS", "导航"], ["打", "开", "GPS", "导", "航"]),
     (["车门", "。", " Open", " it", "!"], ["车", "门。", "Open", "it!"]),  # punctuation to the word before
     (["“", "打", "开", "”"], ["“打", "开”"]),  # at the very start: to the word after
+    (["。", "！"], ["。！"]),  # only punctuation: one word, so the words still cover the text
     ([" 문을", " 열어", " 줘"], ["문을", "열어", "줘"]),  # Hangul as written
     (["ドア", "を"], ["ド", "ア", "を"]),  # Kana: one each
     (["เปิด"], ["เ", "ปิ", "ด"]),  # Thai: one character each, a combining vowel with its consonant
@@ -43,6 +44,11 @@ def spelled(words: list[TimedWord]) -> list[str]:
 ])
 def test_words_follow_the_rules(pieces: list[str], expected: list[str]) -> None:
     assert spelled(words_from_tokens(tokens(*pieces))) == expected
+
+
+def test_leading_punctuation_times_and_scores_the_word_it_opens() -> None:
+    [word] = words_from_tokens([TimedToken("“", 0, 60, 0.5), TimedToken("打", 300, 360, 0.99)])
+    assert (word.text, word.start_ms, word.end_ms, word.confidence) == ("“打", 0, 360, 0.5)
 
 
 def test_a_word_spans_its_tokens_and_is_as_sure_as_its_weakest() -> None:

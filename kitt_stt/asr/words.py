@@ -79,7 +79,7 @@ class _Draft:
 def words_from_tokens(tokens: Iterable[TimedToken]) -> list[TimedWord]:
     """The words the tokens spell, by the rules in the module docstring."""
     drafts: list[_Draft] = []
-    leading = ""  # punctuation before the first word
+    leading: list[tuple[str, TimedToken]] = []  # punctuation before the first word
     for token in tokens:
         starts_word = token.text[:1].isspace()
         for char in token.text:
@@ -95,15 +95,24 @@ def words_from_tokens(tokens: Iterable[TimedToken]) -> list[TimedWord]:
                     drafts[-1].add(char, token)
                     drafts[-1].open = drafts[-1].open and char in _INNER_PUNCTUATION
                 else:
-                    leading += char
+                    leading.append((char, token))
                 continue
             single = is_single_character_word(char)
             if drafts and drafts[-1].open and not single and not starts_word:
                 drafts[-1].add(char, token)
             else:
-                drafts.append(_Draft(leading + char, token.start_ms, token.end_ms, token.confidence, not single))
-                leading = ""
+                draft = _Draft("", token.start_ms, token.end_ms, token.confidence, not single)
+                for mark, mark_token in leading:  # the punctuation before it is part of the word, times too
+                    draft.add(mark, mark_token)
+                draft.add(char, token)
+                drafts.append(draft)
+                leading = []
             starts_word = False
+    if leading:  # punctuation and nothing after it: a word of its own, so the words still cover the text
+        first = leading[0][1]
+        drafts.append(_Draft("", first.start_ms, first.end_ms, first.confidence, False))
+        for mark, mark_token in leading:
+            drafts[-1].add(mark, mark_token)
     return [TimedWord(d.text, d.start_ms, d.end_ms, round(d.confidence, 4)) for d in drafts]
 
 
