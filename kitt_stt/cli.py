@@ -30,6 +30,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from kitt_stt.ops.trt_cache import prepare_serve
     from kitt_stt.server.app import create_app
     from kitt_stt.server.runner import run
+    from kitt_stt.turn.combiner import CombinerError
+    from kitt_stt.turn.policy_factory import build_policy
     from kitt_stt.turnsense.model import TurnModelError
     from kitt_stt.turnsense.runner import build_turn_model
 
@@ -48,6 +50,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         turn_model = build_turn_model(config)
     except (ModelError, TurnModelError) as exc:
         return _fail(f"cannot load the end-of-turn model: {exc}")
+    try:
+        build_policy(config, turn_model is not None)  # each connection builds its own; refuse bad weights now
+    except CombinerError as exc:
+        return _fail(f"cannot load the end-of-turn decision: {exc}")
     try:
         config = prepare_vad(config)
     except ModelError as exc:

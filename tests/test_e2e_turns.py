@@ -19,7 +19,8 @@ def of_seat(frames: list[dict], seat: str) -> list[dict]:
 
 
 async def test_eager_resumed_and_commit_in_order(tmp_path: Path, model_cache: Path, turnsense_dir: Path) -> None:
-    overrides = {"turn": {"model": "turnsense", "threshold": 1.0, "eager_threshold": 0.0, "wait_ms": 1500}}
+    overrides = {"turn": {"model": "turnsense", "policy": "turnsense", "threshold": 1.0, "eager_threshold": 0.0,
+                          "wait_ms": 1500}}
     with run_server(tmp_path, model_cache, overrides) as server:
         async with connect(server.url) as session:
             await session.start(eager=True)
@@ -48,7 +49,8 @@ async def test_eager_resumed_and_commit_in_order(tmp_path: Path, model_cache: Pa
 
 async def test_sessions_get_no_eager_frames_unless_they_ask(tmp_path: Path, model_cache: Path,
                                                             turnsense_dir: Path) -> None:
-    overrides = {"turn": {"model": "turnsense", "threshold": 1.0, "eager_threshold": 0.0, "wait_ms": 400}}
+    overrides = {"turn": {"model": "turnsense", "policy": "turnsense", "threshold": 1.0, "eager_threshold": 0.0,
+                          "wait_ms": 400}}
     with run_server(tmp_path, model_cache, overrides) as server:
         async with connect(server.url) as session:
             await send_pcm(session, tone_pcm("打开车门", tail_ms=1500), seat="s", realtime_factor=1.0)
@@ -64,7 +66,7 @@ async def test_words_that_end_mid_phrase_hold_the_turn(tmp_path: Path, model_cac
                                                        turnsense_dir: Path) -> None:
     """The tone model writes "A" as a word of its own after Han text: English's article "a", so
     "打开A" ends where no request can; "打开车门" does not. The model is made always confident."""
-    overrides = {"turn": {"model": "turnsense", "threshold": 0.0, "wait_ms": 1500,
+    overrides = {"turn": {"model": "turnsense", "policy": "turnsense", "threshold": 0.0, "wait_ms": 1500,
                           "unfinished_wait_ms": 800}}
     with run_server(tmp_path, model_cache, overrides) as server:
         async with connect(server.url) as session:

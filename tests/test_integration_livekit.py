@@ -104,7 +104,8 @@ async def test_stream_yields_the_turn_event_sequence(server) -> None:
 
 async def test_eager_preflight_and_resumed_map_onto_livekit_events(tmp_path: Path, model_cache: Path,
                                                                    turnsense_dir: Path) -> None:
-    overrides = {"turn": {"model": "turnsense", "threshold": 1.0, "eager_threshold": 0.0, "wait_ms": 1500}}
+    overrides = {"turn": {"model": "turnsense", "policy": "turnsense", "threshold": 1.0, "eager_threshold": 0.0,
+                          "wait_ms": 1500}}
     with run_server(tmp_path, model_cache, overrides) as eager_server:
         pcm = tone_pcm("打开", tail_ms=900) + tone_pcm("车门", lead_ms=0, tail_ms=400) + silence(2000)
         events = await stream_events(STT(eager_server.url), frames_16k(pcm), lambda evs: finals(evs), pace=1.0)

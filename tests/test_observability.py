@@ -37,7 +37,7 @@ def traced_server(tmp_path: Path, model_cache: Path, turnsense_dir: Path):
     overrides = {
         "tracing": {"enabled": True, "path": str(tmp_path / "trace" / "t.json.gz"), "flush_interval_s": 0.3},
         "debug": {"trace_enabled": True, "logs_enabled": True, "token": TOKEN},
-        "turn": {"model": "turnsense", "threshold": 0.5},
+        "turn": {"model": "turnsense", "policy": "turnsense", "threshold": 0.5},
     }
     with run_server(tmp_path, model_cache, overrides) as server:
         yield server

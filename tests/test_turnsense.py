@@ -91,7 +91,8 @@ def test_serve_refuses_turn_provider_cuda(tmp_path: Path, model_cache: Path, tur
 
 
 async def test_commit_carries_the_model_decision(tmp_path: Path, model_cache: Path, turnsense_dir: Path) -> None:
-    with run_server(tmp_path, model_cache, {"turn": {"model": "turnsense", "threshold": 0.5}}) as server:
+    overrides = {"turn": {"model": "turnsense", "policy": "turnsense", "threshold": 0.5}}
+    with run_server(tmp_path, model_cache, overrides) as server:
         async with connect(server.url) as session:
             await send_pcm(session, tone_pcm("打开车门", tail_ms=1200))
             frames = await collect_until(session, lambda fs: bool(commits(fs)))
@@ -109,7 +110,7 @@ async def test_commit_carries_the_model_decision(tmp_path: Path, model_cache: Pa
 async def test_a_waiting_seat_never_delays_another(tmp_path: Path, model_cache: Path, turnsense_dir: Path) -> None:
     # threshold 1.0 is never reached (the model's outputs top out below 1), so the driver's turn
     # waits the full 3 s while the passenger speaks, gets its final and commits (finalize).
-    overrides = {"turn": {"model": "turnsense", "threshold": 1.0, "wait_ms": 3000}}
+    overrides = {"turn": {"model": "turnsense", "policy": "turnsense", "threshold": 1.0, "wait_ms": 3000}}
     with run_server(tmp_path, model_cache, overrides) as server:
         async with connect(server.url) as session:
             await send_pcm(session, tone_pcm("打开车门", tail_ms=700), seat="driver")

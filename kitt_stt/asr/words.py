@@ -4,9 +4,9 @@ The rules are the wire's (``docs/protocol.md``, "Words"): a Han, Kana or Thai ch
 of its own (these scripts write no spaces, and one character is what a listener can point at);
 Latin, Hangul and other space-separated scripts make words as written, a token starting with a
 space (SentencePiece's ``▁``) beginning a new one; punctuation belongs to the word before it (or,
-at the very start, to the word after it; a text of punctuation only is one word). A word starts where its first token starts and ends
-where its last one ends; its confidence is its weakest token's, because one misheard character is
-enough to make "打开车门" a different command.
+at the very start, to the word after it; a text of punctuation only is one word). A word starts
+where its first token starts and ends where its last one ends; its confidence is its weakest
+token's, because one misheard character is enough to make "打开车门" a different command.
 """
 
 from __future__ import annotations

@@ -142,6 +142,13 @@ class InterimConfig(Section):
     min_interval_ms: int = Field(default=1000, ge=50)
 
 
+class TurnPolicy(StrEnum):
+    """How the end of a turn is decided (docs/turns.md)."""
+
+    FUSED = "fused"  # the model's p, the words both ways and the prosody, with second looks
+    TURNSENSE = "turnsense"  # the model's p against turn.threshold alone (0.3.0)
+
+
 class TurnConfig(Section):
     """End of turn: the TurnSense model's probability combined with silence time (docs/turns.md)."""
 
@@ -160,6 +167,19 @@ class TurnConfig(Section):
     max_duration_ms: int = Field(default=60_000, ge=1000)
     context_ms: int = Field(default=500, ge=0, le=2000)
     commit_empty: bool = False
+    # the fused decision (issue 23, docs/turns.md): p, the words both ways and the prosody combined;
+    # "turnsense": the model's p against `threshold` alone (0.3.0)
+    policy: TurnPolicy = TurnPolicy.FUSED
+    fused_threshold: float = Field(default=0.7, ge=0.0, le=1.01)  # commit at a look at this fused confidence
+    fused_looks_ms: list[int] = Field(default_factory=lambda: [300, 600], max_length=4)  # second looks, ms of silence
+    fused_weights: Path | None = None  # the combiner's weights (utils/turns/train.py --out); None: the shipped file
+
+    @field_validator("fused_looks_ms")
+    @classmethod
+    def _looks_ascending(cls, looks: list[int]) -> list[int]:
+        if any(not 100 <= look <= 5000 for look in looks) or looks != sorted(set(looks)):
+            raise ValueError("fused_looks_ms: ascending, distinct, each 100-5000 ms")
+        return looks
 
 
 class ModelsConfig(Section):

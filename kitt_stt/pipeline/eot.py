@@ -22,6 +22,9 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
 
 from kitt_stt.config.schema import TurnConfig
 from kitt_stt.pipeline.turn_text import TextEnding, text_ending
@@ -47,20 +50,26 @@ class Decision:
     threshold: float | None = None
     model_ms: float | None = None
     text_ending: TextEnding | None = None
+    # the fused decision's (turn/fused_policy.py); absent from the metadata for other policies
+    confidence: float | None = None  # the combiner's probability that the turn is over
+    look_ms: int | None = None  # the pause (ms) the deciding look heard; None: not a look (timeout)
+    looks_ms: tuple[int, ...] = ()  # the pauses (ms) at which the model's answer was weighed
+    evidence: dict[str, float] | None = None  # logit contribution per kind: model, silence, words, prosody
+    decided_by: str | None = None  # the kind that pushed hardest towards this decision
 
     def as_metadata(self) -> dict[str, object]:
-        return {
-            "eot": {
-                "decision": {
-                    "reason": self.reason.value,
-                    "probability": self.probability,
-                    "threshold": self.threshold,
-                    "wait_ms": round(self.wait_ms, 1),
-                    "model_ms": self.model_ms,
-                    "text_ending": None if self.text_ending is None else self.text_ending.value,
-                }
-            }
+        decision: dict[str, object] = {
+            "reason": self.reason.value,
+            "probability": self.probability,
+            "threshold": self.threshold,
+            "wait_ms": round(self.wait_ms, 1),
+            "model_ms": self.model_ms,
+            "text_ending": None if self.text_ending is None else self.text_ending.value,
         }
+        if self.confidence is not None:
+            decision.update(policy="fused", confidence=self.confidence, look_ms=self.look_ms,
+                            looks_ms=list(self.looks_ms), evidence=self.evidence, decided_by=self.decided_by)
+        return {"eot": {"decision": decision}}
 
 
 @dataclass(frozen=True)
@@ -80,6 +89,16 @@ class HoldRule:
 NO_HOLD = HoldRule(enabled=False, threshold=1.01, wait_ms=0)
 
 
+class TurnLook(Protocol):
+    """The seat's view of the turn so far, for a policy that looks again after more silence."""
+
+    def audio(self) -> np.ndarray:
+        """The turn's audio from its context before the first onset to now (the pause included)."""
+
+    def predict(self) -> asyncio.Future[TurnPrediction] | None:
+        """The end-of-turn model again on that audio (None when it cannot run now)."""
+
+
 @dataclass(frozen=True)
 class TurnContext:
     """What a policy may look at: when speech last ended (``time.perf_counter`` seconds) and the
@@ -89,6 +108,7 @@ class TurnContext:
     prediction: asyncio.Future[TurnPrediction] | None = None
     text: str = ""  # the turn's words so far (its finals joined)
     on_eager: Callable[[float], None] | None = None  # told p when the turn is probably, not surely, over
+    look: TurnLook | None = None  # the turn's audio and a fresh prediction, for second looks
 
     def waited_ms(self) -> float:
         return (time.perf_counter() - self.speech_ended_at) * 1000.0

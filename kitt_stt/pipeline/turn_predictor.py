@@ -16,6 +16,7 @@ import asyncio
 import numpy as np
 
 from kitt_stt.audio.ring import SampleRing
+from kitt_stt.pipeline.eot import TurnLook
 from kitt_stt.pipeline.observers import SeatObservers
 from kitt_stt.pipeline.segment import Segment
 from kitt_stt.pipeline.turn import Turn
@@ -50,14 +51,14 @@ class TurnPredictor:
     def at_pause(self, segment: Segment, turn: Turn | None) -> None:
         """The pause has closed the last chunk: guess now, unless a run of this seat is under way."""
         if not any(not running.done() for running in self._running):
-            segment.pause_prediction = self._predict(turn)
+            segment.pause_prediction = self.predict_for(turn)
 
     def at_segment_end(self, segment: Segment, turn: Turn) -> None:
         """The turn's prediction: the pause's guess if no speech came after it (it saw the same
         speech, so it stands), otherwise a new run that sees the whole turn so far."""
         prediction, segment.pause_prediction = segment.pause_prediction, None
         if prediction is None:
-            prediction = self._predict(turn)
+            prediction = self.predict_for(turn)
         if prediction is None:
             return
         if turn.prediction is not None and turn.prediction is not prediction and not turn.prediction.done():
@@ -65,12 +66,22 @@ class TurnPredictor:
         prediction.add_done_callback(lambda done: self._report(done, segment.segment_id))
         turn.prediction = prediction
 
-    def _predict(self, turn: Turn | None) -> asyncio.Future[TurnPrediction] | None:
+    def look(self, turn: Turn) -> TurnLook | None:
+        """The turn's second look for the policy: its audio so far (the pause included) and the
+        model again on it, under this seat's rules (counted as running, cancelled on close)."""
+        return None if self._runner is None else _RingLook(self, turn)
+
+    def audio(self, turn: Turn) -> np.ndarray:
+        if self._ring is None:
+            return np.zeros(0, dtype=np.int16)
+        return self._ring.since(turn.start_ms * 16 - self._context_samples)
+
+    def predict_for(self, turn: Turn | None) -> asyncio.Future[TurnPrediction] | None:
         """Start the model on the open turn's audio so far, with ``turn.context_ms`` before it
         (None without a model or a turn)."""
         if self._runner is None or self._ring is None or turn is None:
             return None
-        prediction = self._runner.predict(self._ring.since(turn.start_ms * 16 - self._context_samples))
+        prediction = self._runner.predict(self.audio(turn))
         prediction.add_done_callback(self._running.discard)
         self._running.add(prediction)
         return prediction
@@ -99,3 +110,17 @@ class TurnPredictor:
             prediction.cancel()
         if self._ring is not None:
             self._ring.release()
+
+
+class _RingLook:
+    """``TurnLook`` for one turn of one seat."""
+
+    def __init__(self, predictor: TurnPredictor, turn: Turn) -> None:
+        self._predictor = predictor
+        self._turn = turn
+
+    def audio(self) -> np.ndarray:
+        return self._predictor.audio(self._turn)
+
+    def predict(self) -> asyncio.Future[TurnPrediction] | None:
+        return self._predictor.predict_for(self._turn)

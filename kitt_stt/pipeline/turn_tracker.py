@@ -22,7 +22,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from kitt_stt.pipeline.eot import CommitReason, Decision, EotPolicy, TurnContext
+from kitt_stt.pipeline.eot import CommitReason, Decision, EotPolicy, TurnContext, TurnLook
 from kitt_stt.pipeline.turn import Turn
 from kitt_stt.protocol.frames import (
     CommitFrame,
@@ -47,8 +47,10 @@ class TurnState(StrEnum):
 class TurnTracker:
     def __init__(self, seat: str, policy: EotPolicy, emit: Callable[[ServerFrame], None],
                  finals_done: Callable[[], Awaitable[None] | None], max_duration_ms: int,
-                 commit_empty: bool = False, eager: Callable[[], bool] = lambda: False) -> None:
+                 commit_empty: bool = False, eager: Callable[[], bool] = lambda: False,
+                 look_for: Callable[[Turn], TurnLook | None] = lambda turn: None) -> None:
         self._seat = seat
+        self._look_for = look_for  # the turn's audio and a fresh prediction, for a policy's second looks
         self._eager = eager
         self._policy = policy
         self._emit = emit
@@ -103,7 +105,7 @@ class TurnTracker:
             return
         on_eager = (lambda probability: self._announce_eager(turn, probability)) if self._eager() else None
         context = TurnContext(speech_ended_at=turn.speech_ended_at, prediction=turn.prediction, text=turn.text(),
-                              on_eager=on_eager)
+                              on_eager=on_eager, look=self._look_for(turn))
         self._waiting = asyncio.create_task(self._decide(turn, context))
 
     def _announce_eager(self, turn: Turn, probability: float) -> None:

@@ -15,7 +15,7 @@ import numpy as np
 from kitt_stt.observability.metrics import Metrics
 from kitt_stt.observability.trace import Tracer, Track
 from kitt_stt.pipeline.admission import Admission
-from kitt_stt.pipeline.eot import EotPolicy, HoldRule, SilenceTimeoutPolicy, TurnSensePolicy
+from kitt_stt.pipeline.eot import EotPolicy
 from kitt_stt.pipeline.observers import SeatObservers
 from kitt_stt.pipeline.rate_limit import AudioRateLimiter
 from kitt_stt.pipeline.seat import SeatPipeline
@@ -25,6 +25,7 @@ from kitt_stt.protocol.frames import AudioFrame, ErrorFrame, ServerFrame
 from kitt_stt.quote import quoted
 from kitt_stt.server.audio_checks import checked_pcm_bytes
 from kitt_stt.server.state import ServiceState
+from kitt_stt.turn.policy_factory import build_policy
 
 
 class Seats:
@@ -103,11 +104,7 @@ class Seats:
         self._emit(ErrorFrame(code=error.code.value, message=error.message, fatal=error.fatal, seat=error.seat))
 
     def _policy(self) -> EotPolicy:
-        turn = self._config.turn
-        hold = HoldRule.from_config(turn)
-        if self._state.turn_model is None:
-            return SilenceTimeoutPolicy(turn.wait_ms, hold)
-        return TurnSensePolicy(turn.threshold, turn.wait_ms, hold, turn.eager_threshold)
+        return build_policy(self._config, self._state.turn_model is not None)
 
     def close(self) -> None:
         for seat in self._pipelines.values():

@@ -290,6 +290,7 @@ def main() -> int:
                         help="the thinking pause after an incomplete utterance; a commit in it cuts the user off")
     parser.add_argument("--cache", type=Path, default=None, help="model cache (default: user cache dir)")
     parser.add_argument("--out", type=Path, help="write raw outcomes as JSON")
+    parser.add_argument("--sources", nargs="*", help="only these sources (espeak-en, espeak-cmn, human)")
     args = parser.parse_args()
     from kitt_stt.models.registry import default_cache_dir
 
@@ -297,6 +298,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="eot-eval-") as tmp:
         work = Path(tmp)
         corpus, notes = build_corpus(work)
+        if args.sources:
+            corpus = [u for u in corpus if u.source in args.sources]
         for note in notes:
             print(f"note: {note}", file=sys.stderr)
         counts = {s: sum(1 for u in corpus if u.source == s) for s in sorted({u.source for u in corpus})}

@@ -1,0 +1,118 @@
+"""Graded waiting on the fused end-of-turn confidence (``docs/turns.md``).
+
+At the pause the combiner weighs the audio model's p, the words both ways and the prosody of the
+turn's end. Confident: commit at once. Not yet: look again after more silence (``looks_ms``, e.g.
+300 and 600 ms: the model runs again on the seat's ring, which now holds the longer pause, and
+silence itself counts), and commit at the first look that is confident. Otherwise the turn waits
+``wait_ms``, and only words that end mid-phrase make it wait the long ``HoldRule.wait_ms``: those
+turns take no second look. ``turn_eager`` keeps its meaning: "probably over" (the confidence
+reached ``eager_threshold``) while the policy still waits. A failed or late model counts as
+unsure; ``wait_ms`` (or the hold's) stays a hard upper bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from kitt_stt.pipeline.eot import CommitReason, Decision, EotPolicy, HoldRule, TurnContext, sleep_until
+from kitt_stt.pipeline.turn_text import TextEnding
+from kitt_stt.turn.combiner import Combiner, Score
+from kitt_stt.turn.features import feature_vector
+from kitt_stt.turn.prosody import NEUTRAL, Prosody, prosody
+from kitt_stt.turn.words import WordEvidence, word_evidence
+from kitt_stt.turnsense.model import TurnPrediction
+
+log = logging.getLogger(__name__)
+FIRST_LOOK_MS = 100  # the pause the seat's first prediction hears (asr.chunk_pause_ms)
+
+
+@dataclass(frozen=True)
+class FusedSettings:
+    threshold: float  # commit at a look when the fused confidence reaches this
+    wait_ms: int  # the silence fallback
+    looks_ms: tuple[int, ...]  # silence (ms) at the second looks
+    silence_at_decision_ms: int  # silence already heard when the decision starts (vad.silence_ms)
+    eager_threshold: float | None = None
+
+
+class FusedPolicy(EotPolicy):
+    def __init__(self, settings: FusedSettings, combiner: Combiner, hold: HoldRule) -> None:
+        self.settings = settings
+        self.combiner = combiner
+        self.hold = hold
+
+    async def decide(self, context: TurnContext) -> Decision:
+        settings = self.settings
+        words = word_evidence(context.text)
+        held = self.hold.enabled and words.unfinished
+        ending = (TextEnding.UNFINISHED if words.unfinished else TextEnding.OPEN) if self.hold.enabled else None
+        wait_ms = self.hold.wait_ms if held else settings.wait_ms
+        threshold = self.hold.threshold if held else settings.threshold
+        prediction = await _bounded(context.prediction, wait_ms - context.waited_ms())
+        shape = await _prosody(context)
+        looks: list[int] = []
+        score = self._score(prediction, FIRST_LOOK_MS, words, shape, looks)
+        if prediction is not None and score.confidence >= threshold:
+            return _decision(CommitReason.MODEL, context, score, prediction, looks, ending, threshold)
+        if (context.on_eager is not None and not held and settings.eager_threshold is not None
+                and score.confidence >= settings.eager_threshold):
+            context.on_eager(score.confidence)
+        # second looks: not for a held turn (its words wait), and none past the fallback
+        look = context.look
+        for look_ms in settings.looks_ms:
+            if held or look is None:
+                break
+            target = look_ms - settings.silence_at_decision_ms
+            if target >= wait_ms:
+                break
+            await sleep_until(context, target)
+            again = await _bounded(look.predict(), wait_ms - context.waited_ms())
+            if again is None:
+                continue
+            prediction, score = again, self._score(again, look_ms, words, shape, looks)
+            if score.confidence >= threshold:
+                return _decision(CommitReason.MODEL, context, score, prediction, looks, ending, threshold)
+        await sleep_until(context, wait_ms)
+        return _decision(CommitReason.TIMEOUT, context, score, prediction, looks, ending, threshold)
+
+    def _score(self, prediction: TurnPrediction | None, look_ms: int, words: WordEvidence, shape: Prosody,
+               looks: list[int]) -> Score:
+        if prediction is not None:
+            looks.append(look_ms)
+        probability = None if prediction is None else prediction.probability
+        return self.combiner.score(feature_vector(probability, look_ms, words, shape))
+
+
+def _decision(reason: CommitReason, context: TurnContext, score: Score, prediction: TurnPrediction | None,
+              looks: list[int], ending: TextEnding | None, threshold: float) -> Decision:
+    committed = reason is CommitReason.MODEL
+    return Decision(reason, context.waited_ms(), None if prediction is None else prediction.probability, threshold,
+                    None if prediction is None else round(prediction.total_ms, 2), ending,
+                    confidence=round(score.confidence, 4), look_ms=looks[-1] if committed else None,
+                    looks_ms=tuple(looks), decided_by=score.decided_by(committed),
+                    evidence={group: round(value, 3) for group, value in score.contributions.items()})
+
+
+async def _bounded(future: asyncio.Future[TurnPrediction] | None, remaining_ms: float) -> TurnPrediction | None:
+    """The prediction if it comes within ``remaining_ms``; None if it fails, is late or absent."""
+    if future is None:
+        return None
+    try:
+        return await asyncio.wait_for(asyncio.shield(future), max(0.0, remaining_ms) / 1000.0)
+    except asyncio.TimeoutError:  # not the builtin on 3.10
+        log.debug("end-of-turn model did not answer in time; treated as unsure")
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("end-of-turn model failed; treated as unsure")
+    return None
+
+
+async def _prosody(context: TurnContext) -> Prosody:
+    """Prosody of the turn's end, off the event loop (a few ms of numpy)."""
+    if context.look is None:
+        return NEUTRAL
+    audio = context.look.audio()
+    return await asyncio.to_thread(prosody, audio) if audio.size else NEUTRAL

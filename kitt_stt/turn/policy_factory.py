@@ -1,0 +1,21 @@
+"""The end-of-turn policy a connection's seats use, from ``turn:`` (docs/turns.md)."""
+
+from __future__ import annotations
+
+from kitt_stt.config.schema import AppConfig, TurnPolicy
+from kitt_stt.pipeline.eot import EotPolicy, HoldRule, SilenceTimeoutPolicy, TurnSensePolicy
+from kitt_stt.turn.combiner import WEIGHTS_FILE, load_combiner
+from kitt_stt.turn.fused_policy import FusedPolicy, FusedSettings
+
+
+def build_policy(config: AppConfig, has_model: bool) -> EotPolicy:
+    """Silence only without a model; otherwise the fused decision or, if chosen, TurnSense alone."""
+    turn = config.turn
+    hold = HoldRule.from_config(turn)
+    if not has_model:
+        return SilenceTimeoutPolicy(turn.wait_ms, hold)
+    if turn.policy is TurnPolicy.TURNSENSE:
+        return TurnSensePolicy(turn.threshold, turn.wait_ms, hold, turn.eager_threshold)
+    settings = FusedSettings(turn.fused_threshold, turn.wait_ms, tuple(turn.fused_looks_ms), config.vad.silence_ms,
+                             turn.eager_threshold)
+    return FusedPolicy(settings, load_combiner(turn.fused_weights or WEIGHTS_FILE), hold)

@@ -1,0 +1,184 @@
+"""The fused end-of-turn decision (issue 23): prosody, the words both ways, the combiner and its
+shipped weights, and the graded-waiting policy with its second looks, driven by injected
+predictions and a hand-set combiner (confidence = the model's p) so each path is under control."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kitt_stt.config.loader import load_config
+from kitt_stt.config.schema import TurnConfig, TurnPolicy
+from kitt_stt.pipeline.eot import CommitReason, HoldRule, SilenceTimeoutPolicy, TurnContext, TurnSensePolicy
+from kitt_stt.turn.combiner import WEIGHTS_FILE, Combiner, CombinerError, load_combiner
+from kitt_stt.turn.features import FEATURES
+from kitt_stt.turn.fused_policy import FusedPolicy, FusedSettings
+from kitt_stt.turn.policy_factory import build_policy
+from kitt_stt.turn.prosody import NEUTRAL, prosody
+from kitt_stt.turn.words import word_evidence
+from kitt_stt.turnsense.model import TurnPrediction
+from utils.turns.extract import TABLE
+from utils.turns.train import weights_text
+
+REPO = Path(__file__).resolve().parents[1]
+# confidence = sigmoid(model logit) = p; words and prosody weigh nothing
+P_ONLY = Combiner(mean=(0.0,) * len(FEATURES), scale=(1.0,) * len(FEATURES),
+                  weights=(1.0,) + (0.0,) * (len(FEATURES) - 1), bias=0.0)
+HOLD = HoldRule(enabled=True, threshold=1.01, wait_ms=500)
+
+
+def sweep(start_hz: float, end_hz: float, seconds: float = 1.0) -> np.ndarray:
+    t = np.arange(int(16000 * seconds)) / 16000.0
+    f0 = start_hz + (end_hz - start_hz) * t / seconds
+    return (8000 * np.sin(2 * np.pi * np.cumsum(f0) / 16000)).astype(np.int16)
+
+
+def test_prosody_tells_a_falling_pitch_from_a_rising_one_and_ignores_the_pause() -> None:
+    pause = np.zeros(4800, dtype=np.int16)
+    falling = prosody(np.concatenate([sweep(200, 120), pause]))
+    rising = prosody(np.concatenate([sweep(120, 200), pause]))
+    assert falling.pitch_slope < -5 and falling.pitch_final < -2
+    assert rising.pitch_slope > 5 and rising.pitch_final > 2
+    assert prosody(np.zeros(16000, dtype=np.int16)) == NEUTRAL
+
+
+@pytest.mark.parametrize(("text", "unfinished", "complete"), [
+    ("turn on the", True, False), ("把空调", True, False), ("open the window", False, True),
+    ("set the temperature to twenty degrees", False, True), ("温度调到20度", False, True),
+    ("what is the weather like", False, True), ("今天天气怎么样", False, True), ("打开车门", False, True),
+    ("Front", False, False), ("8 of spades", False, False),
+])
+def test_words_give_evidence_both_ways(text: str, unfinished: bool, complete: bool) -> None:
+    evidence = word_evidence(text)
+    assert (evidence.unfinished, evidence.complete_form) == (unfinished, complete)
+
+
+def test_the_training_script_regenerates_the_shipped_weights_bit_for_bit() -> None:
+    clips = json.loads(TABLE.read_text())["clips"]
+    assert weights_text(clips) == WEIGHTS_FILE.read_text()
+    assert load_combiner().weights == tuple(json.loads(WEIGHTS_FILE.read_text())["weights"])
+
+
+def test_weights_for_other_features_are_refused() -> None:
+    data = json.loads(WEIGHTS_FILE.read_text())
+    data["features"] = data["features"][:-1]
+    with pytest.raises(CombinerError, match="features"):
+        Combiner.from_dict(data)
+
+
+class FakeLook:
+    """A second look whose model answers ``answers`` in turn."""
+
+    def __init__(self, *answers: float) -> None:
+        self.answers = list(answers)
+        self.asked_at: list[float] = []
+
+    def audio(self) -> np.ndarray:
+        return np.concatenate([sweep(200, 120), np.zeros(3200, dtype=np.int16)])
+
+    def predict(self) -> asyncio.Future[TurnPrediction]:
+        self.asked_at.append(time.perf_counter())
+        future = asyncio.get_running_loop().create_future()
+        future.set_result(TurnPrediction(self.answers.pop(0), 1.0, 2.0))
+        return future
+
+
+def done(probability: float) -> asyncio.Future[TurnPrediction]:
+    future = asyncio.get_running_loop().create_future()
+    future.set_result(TurnPrediction(probability, 1.0, 2.0))
+    return future
+
+
+def policy(threshold: float = 0.8, wait_ms: int = 700, eager: float | None = None) -> FusedPolicy:
+    # the decision starts at 200 ms of silence, so the looks at 300 and 600 ms come 100 and 400 ms in
+    return FusedPolicy(FusedSettings(threshold, wait_ms, (300, 600), 200, eager), P_ONLY, HOLD)
+
+
+async def test_confident_at_the_pause_commits_at_once_without_a_second_look() -> None:
+    look = FakeLook()
+    context = TurnContext(time.perf_counter(), done(0.9), "打开车门", look=look)
+    decision = await policy().decide(context)
+    assert decision.reason is CommitReason.MODEL and decision.wait_ms < 300  # no sleep: only the prosody ran
+    assert (decision.look_ms, decision.looks_ms, look.asked_at) == (100, (100,), [])
+    assert decision.confidence == pytest.approx(0.9, abs=1e-3)
+
+
+async def test_an_unsure_pause_looks_again_and_commits_when_the_silence_made_it_sure() -> None:
+    look = FakeLook(0.95)
+    started = time.perf_counter()
+    decision = await policy().decide(TurnContext(started, done(0.3), "打开车门", look=look))
+    assert decision.reason is CommitReason.MODEL and decision.look_ms == 300 and decision.looks_ms == (100, 300)
+    assert 90 <= (look.asked_at[0] - started) * 1000 < 300  # at 300 ms of silence, 100 ms into the decision
+    assert decision.wait_ms < 700
+
+
+async def test_unsure_at_every_look_waits_for_the_silence() -> None:
+    look = FakeLook(0.4, 0.5)
+    decision = await policy().decide(TurnContext(time.perf_counter(), done(0.3), "打开车门", look=look))
+    assert decision.reason is CommitReason.TIMEOUT and decision.looks_ms == (100, 300, 600)
+    assert decision.wait_ms >= 700 and decision.look_ms is None
+    assert decision.decided_by in {"model", "silence", "words", "prosody"}
+
+
+async def test_words_that_end_mid_phrase_wait_long_and_take_no_second_look() -> None:
+    look = FakeLook(0.99, 0.99)
+    decision = await policy().decide(TurnContext(time.perf_counter(), done(0.99), "turn on the", look=look))
+    assert decision.reason is CommitReason.TIMEOUT and decision.wait_ms >= HOLD.wait_ms
+    assert look.asked_at == [] and decision.text_ending is not None and decision.text_ending.value == "unfinished"
+
+
+async def test_a_failed_model_is_unsure_and_the_wait_stays_the_bound() -> None:
+    failed: asyncio.Future[TurnPrediction] = asyncio.get_running_loop().create_future()
+    failed.set_exception(RuntimeError("model failed"))
+    decision = await policy(wait_ms=300).decide(TurnContext(time.perf_counter(), failed, "打开车门"))
+    assert decision.reason is CommitReason.TIMEOUT and decision.looks_ms == ()
+    assert 300 <= decision.wait_ms < HOLD.wait_ms
+
+
+async def test_probably_over_is_announced_once_before_the_wait() -> None:
+    told: list[float] = []
+    context = TurnContext(time.perf_counter(), done(0.6), "打开车门", on_eager=told.append, look=FakeLook(0.6, 0.6))
+    decision = await policy(eager=0.5).decide(context)
+    assert decision.reason is CommitReason.TIMEOUT and told == [pytest.approx(0.6, abs=1e-3)]
+
+
+async def test_the_new_decision_fields_are_additive() -> None:
+    fused = (await policy().decide(TurnContext(time.perf_counter(), done(0.9), "打开车门"))).as_metadata()
+    plain = (await TurnSensePolicy(0.5, 100).decide(TurnContext(time.perf_counter(), done(0.9)))).as_metadata()
+    old_keys = {"reason", "probability", "threshold", "wait_ms", "model_ms", "text_ending"}
+    assert set(plain["eot"]["decision"]) == old_keys  # type: ignore[index]
+    decision = fused["eot"]["decision"]  # type: ignore[index]
+    assert set(decision) == old_keys | {"policy", "confidence", "look_ms", "looks_ms", "evidence", "decided_by"}
+    assert decision["policy"] == "fused" and set(decision["evidence"]) == {"model", "silence", "words", "prosody"}
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "config-k8s.yaml", "config-k3s-orin.yaml"])
+def test_the_fused_decision_is_the_default_of_every_shipped_config(name: str) -> None:
+    turn = load_config(REPO / name, env={}).config.turn
+    assert turn.policy is TurnPolicy.FUSED and turn.fused_looks_ms == [300, 600]
+    assert turn.fused_threshold == TurnConfig().fused_threshold
+
+
+@pytest.mark.parametrize("looks", [[600, 300], [50], [300, 300]])
+def test_second_looks_must_be_ascending_and_in_range(looks: list[int]) -> None:
+    with pytest.raises(ValueError, match="fused_looks_ms"):
+        TurnConfig(fused_looks_ms=looks)
+
+
+
+@pytest.mark.parametrize("content", ['{"features": ["model_logit"]}', "not json", None])
+def test_unusable_weights_are_refused_with_the_reason(tmp_path: Path, content: str | None) -> None:
+    """``serve`` builds the policy once at start-up and exits with this message (kitt_stt/cli.py)."""
+    weights = tmp_path / "weights.json"
+    if content is not None:
+        weights.write_text(content)
+    config = load_config(None, env={}).config.model_copy(
+        update={"turn": TurnConfig(fused_weights=weights)})
+    with pytest.raises(CombinerError, match="not usable end-of-turn weights"):
+        build_policy(config, has_model=True)
+    assert isinstance(build_policy(config, has_model=False), SilenceTimeoutPolicy)  # no model: no weights needed

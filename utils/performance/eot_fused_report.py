@@ -1,0 +1,159 @@
+"""eot-bench-style comparison of end-of-turn decisions on held-out speakers, side by side in one run.
+
+Each clip of the labelled set (``utils/turns``: complete turns and turns cut at word boundaries)
+is followed by silence; each method says when it would commit. A cut turn committed before
+``PAUSE_MS`` (the thinking pause after which its speaker would go on) cuts the user off. The
+fused decision's confidences are leave-one-speaker-out: each clip is scored by weights fitted
+without its speaker. Methods:
+
+* ``vad-timer``: commit after ``turn.wait_ms`` of silence, whatever was said;
+* ``smart-turn``: TurnSense's p at the pause, commit at once when p >= threshold, else the timer;
+* ``smart-turn+rules``: the same, and words ending mid-phrase wait ``turn.unfinished_wait_ms``
+  (the shipped 0.3.0 policy);
+* ``fused``: the shipped fused policy, its second looks at ``turn.fused_looks_ms`` included.
+
+Columns: cut-off share at 300 / 600 ms budgets (cut turns committed within that much silence),
+the share of cut turns committed inside the pause, the complete turns committed within 300 / 600
+ms, complete-turn commit p50 / p95 at the shipped settings, and the complete p50 at the best
+setting of the method's knob (timer wait or threshold) that keeps cut-offs in the pause <= 5 %.
+A commit at the first look costs ``vad.silence_ms`` (the decision starts when the segment ends);
+a second look at S ms commits at S plus ``MODEL_MS``. Then the fused decision's own cost per turn
+(prosody, words, combiner; the model runs are TurnSense's and are timed apart).
+
+    PYTHONPATH=. python utils/performance/eot_fused_report.py
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from kitt_stt.config.schema import AppConfig  # noqa: E402
+from kitt_stt.turn.combiner import load_combiner  # noqa: E402
+from kitt_stt.turn.features import feature_vector  # noqa: E402
+from kitt_stt.turn.prosody import prosody  # noqa: E402
+from kitt_stt.turn.words import word_evidence  # noqa: E402
+from utils.performance.workload import nearest_rank  # noqa: E402
+from utils.turns.extract import TABLE  # noqa: E402
+from utils.turns.train import leave_one_speaker_out  # noqa: E402
+
+PAUSE_MS = 1500
+MODEL_MS = 50  # a second look waits for one TurnSense run (44-55 ms here)
+GROUPS: dict[str, Callable[[dict], bool]] = {
+    "human en": lambda c: not c["synthetic"] and c["lang"] == "en",
+    "human zh (joined syllables)": lambda c: not c["synthetic"] and c["lang"] == "zh",
+    "synthetic en": lambda c: c["synthetic"] and c["lang"] == "en",
+    "synthetic zh": lambda c: c["synthetic"] and c["lang"] == "zh",
+}
+Method = Callable[[dict, float], float]  # (clip, knob) -> commit delay in ms
+
+
+def methods(oof: dict[str, dict[str, float]], config: AppConfig) -> dict[str, tuple[Method, float, list[float]]]:
+    """name -> (delay function, shipped knob, knob sweep)."""
+    turn, first = config.turn, config.vad.silence_ms
+    thresholds = [round(t, 3) for t in np.linspace(0.0, 1.0, 201)] + [1.01]
+
+    def timer(clip: dict, wait: float) -> float:
+        return wait
+
+    def smart_turn(clip: dict, threshold: float) -> float:
+        return first if clip["p"]["100"] >= threshold else turn.wait_ms
+
+    def with_rules(clip: dict, threshold: float) -> float:
+        if word_evidence(clip["text"]).unfinished:
+            return turn.unfinished_wait_ms
+        return smart_turn(clip, threshold)
+
+    def fused(clip: dict, threshold: float) -> float:
+        if word_evidence(clip["text"]).unfinished:
+            return turn.unfinished_wait_ms
+        scores = oof[f"{clip['speaker']}/{clip['name']}"]
+        if scores["100"] >= threshold:
+            return first
+        for look in turn.fused_looks_ms:
+            if scores[str(look)] >= threshold:
+                return look + MODEL_MS
+        return turn.wait_ms
+
+    return {"vad-timer": (timer, turn.wait_ms, list(range(100, 3001, 50))),
+            "smart-turn": (smart_turn, turn.threshold, thresholds),
+            "smart-turn+rules": (with_rules, turn.threshold, thresholds),
+            "fused": (fused, turn.fused_threshold, thresholds)}
+
+
+def _row(clips: list[dict], method: Method, knob: float, sweep: list[float]) -> list[str]:
+    complete = [method(c, knob) for c in clips if c["complete"]]
+    cut = [method(c, knob) for c in clips if not c["complete"]]
+
+    def share(values: list[float], limit: float, strict: bool = False) -> str:
+        hits = sum(1 for v in values if (v < limit if strict else v <= limit))
+        return f"{100.0 * hits / len(values):.0f} %" if values else "-"
+
+    best = None
+    for setting in sweep:
+        cuts = [method(c, setting) for c in clips if not c["complete"]]
+        if cuts and sum(1 for v in cuts if v < PAUSE_MS) / len(cuts) <= 0.05:
+            p50 = nearest_rank([method(c, setting) for c in clips if c["complete"]], 50)
+            if p50 is not None and (best is None or p50 < best):
+                best = p50
+    return [share(cut, 300), share(cut, 600), share(cut, PAUSE_MS, strict=True), share(complete, 300),
+            share(complete, 600), f"{nearest_rank(complete, 50):.0f} / {nearest_rank(complete, 95):.0f}",
+            "-" if best is None else f"{best:.0f}"]
+
+
+def report(clips: list[dict], oof: dict[str, dict[str, float]], config: AppConfig) -> str:
+    lines = ["| clips | method | cut off at 300 ms | at 600 ms | cut in the 1.5 s pause | complete by 300 ms | "
+             "by 600 ms | complete p50 / p95 ms | p50 for <= 5 % cut-offs |", "|---|---|---|---|---|---|---|---|---|"]
+    for group, member in GROUPS.items():
+        chosen = [c for c in clips if member(c)]
+        if not chosen:
+            continue
+        label = f"{group}: {sum(c['complete'] for c in chosen)} complete, {sum(not c['complete'] for c in chosen)} cut"
+        for name, (method, knob, sweep) in methods(oof, config).items():
+            lines.append(f"| {label} | {name} | " + " | ".join(_row(chosen, method, knob, sweep)) + " |")
+    return "\n".join(lines)
+
+
+def decision_cost(clips: list[dict], repeats: int = 50) -> tuple[float, float]:
+    """(median, max) ms per turn of the fused decision's own work on 3 s of audio: prosody,
+    words, combiner. Median and max of ``repeats`` calls: the machine is shared, so one slow call
+    says more about the neighbours than about the code."""
+    rng = np.random.default_rng(0)
+    t = np.arange(48000) / 16000.0
+    audio = (6000 * np.sin(2 * np.pi * np.cumsum(180 - 20 * t) / 16000) + rng.normal(0, 300, t.size)).astype(np.int16)
+    audio = np.concatenate([audio, np.zeros(1600, dtype=np.int16)])
+    combiner = load_combiner()
+    text = clips[0]["text"]
+    costs = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        combiner.score(feature_vector(0.7, 100, word_evidence(text), prosody(audio)))
+        costs.append((time.perf_counter() - started) * 1000.0)
+    return float(np.median(costs)), max(costs)
+
+
+def main() -> int:
+    table = json.loads(TABLE.read_text())
+    clips = table["clips"]
+    config = AppConfig()
+    oof = leave_one_speaker_out(clips)
+    print(f"{len(clips)} clips, {len({c['speaker'] for c in clips})} speakers; fused scores leave-one-speaker-out; "
+          f"shipped settings: turn.threshold {config.turn.threshold}, fused_threshold {config.turn.fused_threshold}, "
+          f"looks {list(config.turn.fused_looks_ms)} ms, wait {config.turn.wait_ms} ms\n")
+    print(report(clips, oof, config))
+    median, worst = decision_cost(clips)
+    print(f"\nfused decision cost (prosody + words + combiner, one thread): median {median:.2f} ms, "
+          f"max {worst:.2f} ms per turn (50 turns of 3 s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

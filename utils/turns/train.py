@@ -1,0 +1,135 @@
+"""Train the fused end-of-turn combiner, deterministically, and check it on held-out speakers.
+
+From the feature table (``utils/turns/extract.py``) each clip gives one sample per look
+(``TRAIN_LOOKS_MS`` of silence): the model's p at that look, the silence, the words (from
+whisper-base's transcript) and the prosody; the label is complete (1) or cut (0). A class-
+balanced, L2-regularised logistic regression is fitted by full-batch gradient descent from
+zeros for a fixed number of steps, so the same table gives the same weights on every run; they
+are rounded and written to ``kitt_stt/turn/fused_weights.json``. Leave-one-speaker-out: for
+each speaker the same fit without that speaker scores its clips (written with ``--oof`` for the
+report), and a calibration table shows how the held-out confidences match the labels.
+
+    PYTHONPATH=. python -m utils.turns.train            # rewrites the shipped weights
+    PYTHONPATH=. python -m utils.turns.train --check    # exit 1 if they would differ
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from kitt_stt.turn.combiner import WEIGHTS_FILE, Combiner
+from kitt_stt.turn.features import FEATURES, feature_vector
+from kitt_stt.turn.prosody import Prosody
+from kitt_stt.turn.words import word_evidence
+from utils.turns.extract import TABLE
+
+TRAIN_LOOKS_MS = (100, 300, 600)
+STEPS = 4000
+LEARNING_RATE = 0.2
+L2 = 0.02
+DIGITS = 4
+
+
+def samples(clips: list[dict]) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int]]]:
+    """(features, labels, (clip index, look) per row)."""
+    rows, labels, keys = [], [], []
+    for index, clip in enumerate(clips):
+        words, prosody = word_evidence(clip["text"]), Prosody(*clip["prosody"])
+        for look in TRAIN_LOOKS_MS:
+            rows.append(feature_vector(clip["p"][str(look)], look, words, prosody))
+            labels.append(1.0 if clip["complete"] else 0.0)
+            keys.append((index, look))
+    return np.array(rows, dtype=np.float64), np.array(labels), keys
+
+
+def fit(x: np.ndarray, y: np.ndarray) -> dict:
+    """Standardise, then gradient descent on the class-balanced log loss plus L2; rounded."""
+    mean = np.round(x.mean(axis=0), DIGITS)
+    scale = np.round(np.where(x.std(axis=0) > 1e-6, x.std(axis=0), 1.0), DIGITS)
+    z = (x - mean) / scale
+    positives = max(1.0, float(y.sum()))
+    negatives = max(1.0, float(len(y) - y.sum()))
+    sample_weight = np.where(y > 0.5, len(y) / (2 * positives), len(y) / (2 * negatives))
+    weights = np.zeros(z.shape[1])
+    bias = 0.0
+    for _ in range(STEPS):
+        predicted = 1.0 / (1.0 + np.exp(-(z @ weights + bias)))
+        error = (predicted - y) * sample_weight
+        weights -= LEARNING_RATE * (z.T @ error / len(y) + L2 * weights)
+        bias -= LEARNING_RATE * float(error.mean())
+    return {"features": list(FEATURES), "mean": [float(v) for v in mean], "scale": [float(v) for v in scale],
+            "weights": [round(float(w), DIGITS) for w in weights], "bias": round(bias, DIGITS)}
+
+
+def leave_one_speaker_out(clips: list[dict]) -> dict[str, dict[str, float]]:
+    """Held-out confidence per clip name and look, each from a fit without the clip's speaker."""
+    out: dict[str, dict[str, float]] = {}
+    for speaker in sorted({clip["speaker"] for clip in clips}):
+        train = [clip for clip in clips if clip["speaker"] != speaker]
+        held = [clip for clip in clips if clip["speaker"] == speaker]
+        combiner = Combiner.from_dict(fit(*samples(train)[:2]))
+        x, _, keys = samples(held)
+        for row, (index, look) in zip(x, keys, strict=True):
+            clip = held[index]
+            out.setdefault(f"{clip['speaker']}/{clip['name']}", {})[str(look)] = round(
+                combiner.score(list(row)).confidence, 6)
+    return out
+
+
+def calibration(clips: list[dict], oof: dict[str, dict[str, float]], look: int = 100) -> list[str]:
+    """Held-out confidence at the first look, in five bins, against the share of complete turns."""
+    pairs = [(oof[f"{c['speaker']}/{c['name']}"][str(look)], c["complete"]) for c in clips]
+    lines = ["| held-out confidence | clips | complete share | mean confidence |", "|---|---|---|---|"]
+    edges = [0.0, 0.2, 0.4, 0.6, 0.8, 1.0001]
+    gap = 0.0
+    for lo, hi in itertools.pairwise(edges):
+        chosen = [(q, c) for q, c in pairs if lo <= q < hi]
+        if not chosen:
+            lines.append(f"| {lo:.1f}-{min(hi, 1.0):.1f} | 0 | - | - |")
+            continue
+        share = sum(c for _, c in chosen) / len(chosen)
+        mean = sum(q for q, _ in chosen) / len(chosen)
+        gap += len(chosen) * abs(share - mean)
+        lines.append(f"| {lo:.1f}-{min(hi, 1.0):.1f} | {len(chosen)} | {share:.2f} | {mean:.2f} |")
+    lines.append(f"\nexpected calibration error (5 bins): {gap / len(pairs):.3f}")
+    return lines
+
+
+def weights_text(clips: list[dict]) -> str:
+    data = fit(*samples(clips)[:2])
+    data["trained_on"] = f"{len(clips)} clips, {len({c['speaker'] for c in clips})} speakers (utils/turns/train.py)"
+    return json.dumps(data, indent=1) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--table", type=Path, default=TABLE)
+    parser.add_argument("--out", type=Path, default=WEIGHTS_FILE)
+    parser.add_argument("--oof", type=Path, help="write the held-out confidences (JSON) for the report")
+    parser.add_argument("--check", action="store_true", help="only compare with --out; exit 1 if different")
+    parser.add_argument("--without", nargs="*", default=[], metavar="SPEAKER",
+                        help="leave these speakers out (held-out weights for a server check; turn.fused_weights)")
+    args = parser.parse_args()
+    clips = [c for c in json.loads(args.table.read_text())["clips"] if c["speaker"] not in args.without]
+    text = weights_text(clips)
+    if args.check:
+        same = args.out.is_file() and args.out.read_text() == text
+        print("weights regenerate bit for bit" if same else f"{args.out} differs from a fresh fit")
+        return 0 if same else 1
+    args.out.write_text(text)
+    print(f"wrote {args.out}")
+    if args.oof:
+        oof = leave_one_speaker_out(clips)
+        args.oof.write_text(json.dumps(oof, indent=1, ensure_ascii=False) + "\n")
+        print("\n".join(calibration(clips, oof)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
