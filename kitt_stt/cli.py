@@ -216,7 +216,7 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     try:
         asyncio.run(transcribe(args.url, samples, seat=args.seat, realtime=args.realtime, token=args.token,
-                               language=args.language, on_frame=printer()))
+                               language=args.language, on_frame=printer(), words=args.words))
     except (OSError, ConnectionError) as exc:
         return _fail(f"cannot stream to {args.url}: {exc}")
     except Exception as exc:  # websockets raises its own hierarchy for refused upgrades
@@ -355,6 +355,8 @@ def build_parser() -> argparse.ArgumentParser:
     transcribe.add_argument("--realtime", action="store_true", help="pace at real time (default: as fast as allowed)")
     transcribe.add_argument("--token", help="bearer token, if the server requires one")
     transcribe.add_argument("--language", help="language hint (auto, zh, en, ...)")
+    transcribe.add_argument("--words", action="store_true",
+                            help="ask for word timings and confidence and print each final's words")
     transcribe.set_defaults(handler=cmd_transcribe)
     return parser
 

@@ -46,7 +46,8 @@ def check_seat_ordering(frames: list[dict], seat: str) -> None:
 async def test_one_seat_speech_start_interim_final_commit(server) -> None:
     async with connect(server.url) as session:
         assert session.ready["protocol"] == 1
-        assert session.ready["model"] == {"name": "tone", "kind": "tone", "provider": "cpu", "hotwords": True}
+        assert session.ready["model"] == {"name": "tone", "kind": "tone", "provider": "cpu", "hotwords": True,
+                                         "words": True}
         pcm = tone_pcm("打开车门", burst_ms=250, gap_ms=120, tail_ms=600)
         sender = asyncio.create_task(send_pcm(session, pcm, realtime_factor=2.0))
         frames = await collect_until(session, lambda fs: bool(commits(fs)))

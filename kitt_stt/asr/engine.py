@@ -17,6 +17,7 @@ import numpy as np
 
 from kitt_stt.asr.features import FeatureStream
 from kitt_stt.asr.language import LanguageGuess, SegmentLanguage
+from kitt_stt.asr.words import TimedWord
 from kitt_stt.hotwords import Hotword
 
 
@@ -31,6 +32,8 @@ class DecodeOptions:
     # segment's decision shared by its decodes (None: each decode detects on its own audio)
     languages: tuple[str, ...] = ()
     segment_language: SegmentLanguage | None = field(default=None, compare=False)
+    # word timings and confidence: computed only when asked, so decodes without them pay nothing
+    words: bool = False
 
     def detected_language(self, piece: np.ndarray, detect: Callable[[np.ndarray], LanguageGuess]) -> LanguageGuess:
         """The language to decode ``piece`` in: ``detect`` (on the audio it is given) once per
@@ -69,6 +72,10 @@ class AsrResult:
     lang_probability: float | None = None  # of ``lang`` among the allowed languages, when it was detected
     emotion: str | None = None
     event: str | None = None
+    # with ``DecodeOptions.words`` on an engine that can time words: each word of ``text`` (times
+    # relative to the request's first sample) and the decode's confidence
+    words: tuple[TimedWord, ...] = ()
+    confidence: float | None = None
 
 
 @dataclass(frozen=True)
@@ -78,6 +85,7 @@ class EngineInfo:
     provider: str
     languages: tuple[str, ...] = ("auto",)
     hotwords: bool = True  # False: the engine cannot bias decoding, so sessions asking for it are refused
+    words: bool = False  # True: the engine times words and scores them from its own posteriors
 
 
 class StageTimer:

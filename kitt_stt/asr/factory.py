@@ -86,7 +86,7 @@ def plan_engine(config: AppConfig) -> EnginePlan:
             if asr.provider is Provider.TENSORRT and context is not None and not context.is_file():
                 raise ModelError(f"asr.tensorrt.ep_context_model {context} does not exist: run `kitt-stt trt build` "
                                  "first, or leave it unset to use (or build) the keyed engine cache")
-            info = EngineInfo(model.name, resolved.kind, asr.provider.value, LANGUAGES, hotwords=True)
+            info = EngineInfo(model.name, resolved.kind, asr.provider.value, LANGUAGES, hotwords=True, words=True)
             construct = partial(OrtSenseVoiceEngine, model, kind=resolved.kind, config=asr)
         else:
             _require_cpu_greedy(config, "SenseVoice", instead="; use asr.engine: onnxruntime")

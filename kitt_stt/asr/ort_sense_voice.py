@@ -30,6 +30,8 @@ from kitt_stt.asr.providers import check_active, check_available, provider_chain
 from kitt_stt.asr.recognizer_cache import LruCache
 from kitt_stt.asr.sense_voice_model import LANGUAGES, SenseVoiceModel, read_tokens
 from kitt_stt.asr.text import strip_tags, tag_value
+from kitt_stt.asr.token_timing import timed_tokens
+from kitt_stt.asr.words import TimedWord, overall_confidence, words_from_tokens
 from kitt_stt.config.schema import AsrConfig, Provider
 from kitt_stt.hotwords import Hotword
 from kitt_stt.quote import quoted
@@ -38,6 +40,7 @@ log = logging.getLogger(__name__)
 
 PREFIX_FRAMES = 4
 SECONDS_PER_FRAME = 0.06
+FRAME_MS = 60  # one LFR frame: 6 fbank frames of 10 ms
 
 
 class InputTooLong(ValueError):
@@ -82,7 +85,8 @@ class OrtSenseVoiceEngine(AsrEngine):
         self._session = ort.InferenceSession(str(path), options, providers=provider_chain(config))
         check_active(self._session, config.provider)
         self._input_names = [item.name for item in self._session.get_inputs()][:4]
-        self.info = EngineInfo(name=model.name, kind=kind, provider=config.provider.value, languages=LANGUAGES)
+        self.info = EngineInfo(name=model.name, kind=kind, provider=config.provider.value, languages=LANGUAGES,
+                               words=True)
 
     def new_feature_stream(self) -> FeatureStream | None:
         return FeatureStream()
@@ -172,6 +176,10 @@ class OrtSenseVoiceEngine(AsrEngine):
         symbols = [self._tokens[token] for token in decoded.token_ids]
         body = symbols[PREFIX_FRAMES:]
         text = "".join(body)
+        words: tuple[TimedWord, ...] = ()
+        if request.options.words:  # only when asked: a softmax over the vocabulary per token
+            tokens = timed_tokens(logits, length, decoded, symbols, PREFIX_FRAMES, FRAME_MS)
+            words = tuple(words_from_tokens(token for token in tokens if not _is_tag(token.text)))
         return AsrResult(
             text=strip_tags(text),
             tokens=body,
@@ -181,6 +189,8 @@ class OrtSenseVoiceEngine(AsrEngine):
             lang_probability=guess.probability if guess is not None else None,
             emotion=tag_value(symbols[1]) if len(symbols) >= 3 else None,
             event=tag_value(symbols[2]) if len(symbols) >= 3 else None,
+            words=words,
+            confidence=overall_confidence(words) if request.options.words else None,
         )
 
     def _build_trie(self, hotwords: tuple[Hotword, ...]) -> HotwordTrie:
@@ -190,3 +200,8 @@ class OrtSenseVoiceEngine(AsrEngine):
             log.warning("%d of %d hotwords have no tokens in this model's vocabulary and are ignored: %s%s",
                         len(unmatched), len(hotwords), shown, ", …" if len(unmatched) > 5 else "")
         return HotwordTrie(entries)
+
+
+def _is_tag(symbol: str) -> bool:
+    """A SenseVoice ``<|...|>`` tag among the text tokens: no word (the text drops it too)."""
+    return strip_tags(symbol) == "" and "<|" in symbol

@@ -17,17 +17,29 @@ FRAME_SAMPLES = 16000 * FRAME_MS // 1000
 PACING_MARGIN = 0.9  # stay under the server's allowed rate so no frame is refused
 
 
+def format_word(word: dict[str, Any]) -> str:
+    """One word of a final: its times on the seat's clock (seconds) and its confidence."""
+    return (f"  word   {word['start_ms'] / 1000:8.2f}-{word['end_ms'] / 1000:<8.2f} "
+            f"{word['confidence']:.3f}  {word['text']}")
+
+
+def _confidence(frame: dict[str, Any]) -> str:
+    return f", confidence={frame['confidence']:.3f}" if "confidence" in frame else ""
+
+
 def format_frame(frame: dict[str, Any]) -> str | None:
     kind = frame.get("type")
     seat = frame.get("seat", "")
     if kind == "interim":
         return f"interim  [{seat}] #{frame['segment_id']} {frame['text']}"
     if kind == "final":
-        return (f"final    [{seat}] #{frame['segment_id']} {frame['text']}  "
-                f"(lang={frame.get('lang')}, {frame.get('server_latency_ms', 0):.0f} ms)")
+        line = (f"final    [{seat}] #{frame['segment_id']} {frame['text']}  "
+                f"(lang={frame.get('lang')}, {frame.get('server_latency_ms', 0):.0f} ms{_confidence(frame)})")
+        return "\n".join([line, *(format_word(word) for word in frame.get("words") or [])])
     if kind == "commit":
         decision = frame.get("metadata", {}).get("eot", {}).get("decision", {})
-        return f"commit   [{seat}] turn {frame['turn_id']} {frame['text']}  (reason={decision.get('reason')})"
+        return (f"commit   [{seat}] turn {frame['turn_id']} {frame['text']}  "
+                f"(reason={decision.get('reason')}{_confidence(frame)})")
     if kind == "error":
         return f"error    [{seat or '-'}] {frame['code']}: {frame['message']}"
     return None
@@ -52,12 +64,17 @@ async def _send_paced(session: SttSession, samples: np.ndarray, seat: str, realt
 
 async def transcribe(url: str, samples: np.ndarray, seat: str = "default", realtime: bool = False,
                      token: str | None = None, language: str | None = None,
-                     on_frame: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
-    """Stream ``samples`` (int16, 16 kHz) on one seat, then ``close``; return every frame received."""
+                     on_frame: Callable[[dict[str, Any]], None] | None = None,
+                     words: bool = False) -> list[dict[str, Any]]:
+    """Stream ``samples`` (int16, 16 kHz) on one seat, then ``close``; return every frame received.
+    ``words``: ask for word timings and confidence (finals then carry ``words``)."""
     received: list[dict[str, Any]] = []
     async with connect(url, token=token) as session:
-        if language:
-            await session.start(language=language)
+        settings: dict[str, Any] = {"language": language} if language else {}
+        if words:
+            settings["words"] = True
+        if settings:
+            await session.start(**settings)
 
         async def collect() -> None:
             async for frame in session.frames():

@@ -72,6 +72,7 @@ class AsrConfig(Section):
     hotword_cache_size: int = Field(default=64, ge=1, le=10_000)
     max_queue: int = Field(default=256, ge=1)
     use_itn: bool = True
+    words: bool = False  # sessions' default for `words`: final.words and confidence (docs/protocol.md)
     hotwords: list[str] = Field(default_factory=list)
     chunk_pause_ms: int = Field(default=100, ge=0)
     max_chunk_ms: int = Field(default=5000, ge=1000)

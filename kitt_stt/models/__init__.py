@@ -1,6 +1,6 @@
 """Models the service can run: the registry and cache (``registry``), downloads (``download``,
 ``pypi``, ``sensevoice_release``, ``whisper_release``), checksums (``checksums``), ONNX metadata
 (``onnx_metadata``), the CTranslate2 -> sherpa-onnx Whisper converter (``ct2_reader``,
-``whisper_vocab``, ``whisper_export``), the synthetic tone model for tests (``tone_model``) with
-its speech synthesizer (``tone_synth``), and the SenseVoice-shaped benchmark model
+``whisper_vocab``, ``whisper_export``), the synthetic tone model for tests (``tone_model``, its timing and
+confidence in ``tone_timing``) with its speech synthesizer (``tone_synth``), and the SenseVoice-shaped benchmark model
 (``sensevoice_bench``)."""

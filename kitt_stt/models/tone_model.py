@@ -15,11 +15,13 @@ How it decides, per 10 ms fbank frame ("sub-frame") of the LFR input:
    detrended and compared (cosine) with one prototype per pitch; a match above
    ``MATCH_THRESHOLD`` emits that pitch's token in the LFR frame that holds the onset.  The
    logits there are soft (``SCORE`` for the best pitch, ``SHARPNESS`` x cosine gap less for the
-   others), so a buzz between two pitches gives two close scores that hotwords can tip.
+   others), so a buzz between two pitches gives two close scores that hotwords can tip;
+4. the token's posterior says how well the burst matched, and a clear match is held over the
+   burst's fully voiced frames, so word times span the burst (:mod:`.tone_timing`).
 
-Emitting once per onset (instead of once per voiced frame) is what lets 80 ms bursts separated
-by 60 ms gaps decode exactly despite the 60 ms LFR frame rate: two onsets are always >= 140 ms
-apart, so a blank frame always separates repeated tokens.
+Emitting at an onset and then only on fully voiced frames (instead of on every voiced frame) is
+what lets 80 ms bursts separated by 60 ms gaps decode exactly despite the 60 ms LFR frame rate:
+a blank frame always separates repeated tokens.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from onnx import TensorProto, helper, numpy_helper
 from kitt_stt.asr.features import LFR_SHIFT, LFR_WINDOW, NUM_MEL_BINS, log_mel
 from kitt_stt.models.onnx_metadata import set_metadata
 from kitt_stt.models.tone_synth import TONE_PITCHES, buzz
+from kitt_stt.models.tone_timing import timing_nodes
 
 SPECIAL_TOKENS = [
     "<blk>",
@@ -267,12 +270,14 @@ def build_graph() -> onnx.ModelProto:
         n("Reshape", ["emit", "shape_emit"], ["frame_emit"]),
         n("ReduceMax", ["frame_emit"], ["any_hit"], axes=[2], keepdims=1),
         n("Sub", ["one_f", "any_hit"], ["blank_hit"]),
-        n("Mul", ["blank_hit", "score"], ["blank_logit"]),
+    ]
+    blank_logit, tone_logits = timing_nodes(nodes, inits, num_tones)  # confidence and duration
+    nodes += [
         n("Mul", ["blank_hit", "one_f"], ["special_base_tmp"]),
         n("Sub", ["special_base_tmp", "special_base_tmp"], ["special_zero"]),
         n("Add", ["special_zero", "neg_score"], ["special_one"]),
         n("Tile", ["special_one", "special_repeats"], ["special_logits"]),
-        n("Concat", ["blank_logit", "special_logits", "tone_logits"], ["body"], axis=2),
+        n("Concat", [blank_logit, "special_logits", tone_logits], ["body"], axis=2),
         # The four SenseVoice prefix frames: language, emotion, event, text-norm.
         n("Shape", ["x"], ["x_shape"]),
         n("Slice", ["x_shape", "zero_i", "one_i"], ["batch"]),

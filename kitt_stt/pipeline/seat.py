@@ -138,7 +138,8 @@ class SeatPipeline:
         settings = self._settings()
         segment = Segment(segment_id=self._next_segment_id, start_ms=event.audio_ms,
                           options=settings.decode_options(), interim_enabled=settings.interim,
-                          chunks=self._decoder.new_chunks(self._vad.decision_lag_samples))
+                          chunks=self._decoder.new_chunks(self._vad.decision_lag_samples),
+                          origin_ms=self._vad.audio_ms - event.preroll.shape[0] // 16)
         self._next_segment_id += 1
         segment.buffer.append(event.preroll)
         self._segment = segment

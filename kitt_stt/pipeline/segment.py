@@ -33,6 +33,7 @@ class Segment:
     # the end-of-turn prediction started when a pause closed the last chunk; the segment's end
     # uses it if no speech came after (so the commit need not wait for the model)
     pause_prediction: asyncio.Future[TurnPrediction] | None = None
+    origin_ms: int = 0  # the buffer's first sample (pre-roll included) on the seat's clock
 
     def wants_interim(self, audio_ms: int, cadence: InterimConfig) -> bool:
         """First interim after ``start_ms`` of speech, then at most every ``min_interval_ms``.

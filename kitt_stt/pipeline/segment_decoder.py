@@ -24,6 +24,7 @@ from kitt_stt.audio.vad import FRAME_MS
 from kitt_stt.config.schema import AppConfig
 from kitt_stt.pipeline.admission import Admission
 from kitt_stt.pipeline.chunks import ChunkTracker, ClosedChunk, Cut, CutKind
+from kitt_stt.pipeline.final_words import final_words, holds_wake, placed_words, wake_refused
 from kitt_stt.pipeline.observers import SeatObservers
 from kitt_stt.pipeline.seat_tasks import SeatTasks
 from kitt_stt.pipeline.segment import Segment
@@ -115,7 +116,7 @@ class SegmentDecoder:
             lang = earlier[-1].result.lang
         staged = turn.stage.interim(join_texts([*(chunk.result.text for chunk in earlier), tail_text]), lang,
                                     detect_wake=turn.at_start(segment.segment_id))
-        if staged.wake is not None:  # so the client can duck the radio before the command is over
+        if staged.wake is not None and not holds_wake(segment.options, turn.stage):  # duck the radio early
             self._turns.announce_wake(turn, segment.segment_id, staged.wake, snapshot.audio_ms)
         if segment.show_interim(staged.text, snapshot.audio_ms):  # not the wake phrase alone, nor stale
             self._emit(InterimFrame(seat=self._seat, segment_id=segment.segment_id, text=staged.text,
@@ -140,7 +141,7 @@ class SegmentDecoder:
                          snapshot: TailSnapshot, decode: asyncio.Future[DecodeOutcome | None] | None) -> None:
         """Emit the segment's final: the closed chunks' texts and, unless the tail held no speech,
         the tail's decode (``decode`` None: the chunks say everything; the last one's tags count)."""
-        text, lang, emotion, event, timing = "", None, None, None, {}
+        text, lang, emotion, event, timing, placed = "", None, None, None, {}, None
         chunks_ready = segment.ended_at
         try:
             earlier = await snapshot.chunk_outcomes()
@@ -156,12 +157,20 @@ class SegmentDecoder:
                 return  # connection closing: nobody is waiting for this final
             pieces = [*earlier, outcome] if outcome is not None else earlier  # never empty: see finish
             text = join_texts(piece.result.text for piece in pieces)
+            if segment.options.words and self._scheduler.engine.info.words:
+                placed = placed_words([(piece.result, start) for piece, start in zip(
+                    pieces, snapshot.piece_starts(), strict=False)], segment.origin_ms)
             last = pieces[-1].result
             lang, emotion, event = last.lang, last.emotion, last.event
             timing = self._timing(segment, snapshot, outcome, len(pieces), chunks_ready)
         if previous is not None:
             await asyncio.wait({previous})  # in order; a failure there (logged) must not lose this final
         staged = await self._staged_final(segment, turn, text, lang)
+        words = None if placed is None else final_words(placed, staged)
+        if words is not None and wake_refused(words, turn.stage):  # heard too unsure to wake
+            turn.wake_refused = True
+            staged = await self._staged_final(segment, turn, text, lang, wake=False)
+            words = final_words(placed or [], staged)
         if staged.wake is not None:
             self._turns.announce_wake(turn, segment.segment_id, staged.wake, segment.end_ms)
         latency_ms = (time.perf_counter() - segment.ended_at) * 1000.0
@@ -175,7 +184,10 @@ class SegmentDecoder:
             lang_probability=segment.options.language_probability(),
             timing=timing, end_reason=segment.end_reason,
             wake=None if staged.wake is None else {"phrase": staged.wake.phrase, "text": staged.wake.heard},
+            **({} if words is None else words.frame_fields()),
         ))
+        if words is not None and words.confidence is not None:
+            turn.confidences[segment.segment_id] = words.confidence
         self._turns.segment_final(turn, segment.segment_id, text, segment.end_ms, segment.ended_at, lang, staged)
 
     @staticmethod
@@ -190,13 +202,14 @@ class SegmentDecoder:
         return timing | {"chunks": pieces,
                          "chunk_wait_ms": round(max(0.0, chunks_ready - segment.ended_at) * 1000.0, 2)}
 
-    async def _staged_final(self, segment: Segment, turn: Turn, text: str, lang: str | None) -> StagedText:
+    async def _staged_final(self, segment: Segment, turn: Turn, text: str, lang: str | None,
+                            wake: bool = True) -> StagedText:
         """The final through the text stage, after the previous final (whether a wake phrase counts
         depends on what the turn said before), ITN in the worker process (a thread would not free
         the loop: the grammars hold the GIL). A fault there sends the text as recognised."""
         try:
             return await turn.stage.final_off_loop(text, lang, turn.engine_itn,
-                                                   detect_wake=turn.at_start(segment.segment_id))
+                                                   detect_wake=wake and turn.at_start(segment.segment_id))
         except Exception:
             log.exception("text stage failed on a final (seat %s, segment %d); sending it as recognised",
                           self._seat, segment.segment_id, extra={"segment": segment.segment_id})

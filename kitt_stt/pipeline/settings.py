@@ -24,10 +24,12 @@ class SessionSettings:
     stage: TextStage = field(default_factory=TextStage)  # wake phrases, script, ITN (kitt_stt/text)
     languages: tuple[str, ...] = ()  # what "auto" may detect (asr.auto_languages, or the session's own)
     switch_margin: float = DEFAULT_SWITCH_MARGIN  # asr.language_switch_margin
+    words: bool = False  # final.words and confidence (asr.words, or the session's own)
 
     def updated(self, *, language: str | None = None, interim: bool | None = None,
                 hotwords: tuple[Hotword, ...] | None = None, eager: bool | None = None,
-                stage: TextStage | None = None, languages: tuple[str, ...] | None = None) -> SessionSettings:
+                stage: TextStage | None = None, languages: tuple[str, ...] | None = None,
+                words: bool | None = None) -> SessionSettings:
         return replace(
             self,
             language=self.language if language is None else language,
@@ -36,6 +38,7 @@ class SessionSettings:
             hotwords=self.hotwords if hotwords is None else hotwords,
             eager=self.eager if eager is None else eager,
             stage=self.stage if stage is None else stage,
+            words=self.words if words is None else words,
         )
 
     def decode_hotwords(self) -> tuple[Hotword, ...]:
@@ -51,7 +54,7 @@ class SessionSettings:
         segment_language = (turn_language.segment(self.switch_margin, audio=segment_audio, allowed=self.languages)
                             if turn_language is not None and self.language == "auto" else None)
         return DecodeOptions(language=self.language, use_itn=self.use_itn, hotwords=self.decode_hotwords(),
-                             languages=self.languages, segment_language=segment_language)
+                             languages=self.languages, segment_language=segment_language, words=self.words)
 
 
 def auto_languages(configured: list[str], allowed: tuple[str, ...]) -> tuple[str, ...]:

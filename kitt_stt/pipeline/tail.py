@@ -27,6 +27,7 @@ class TailSnapshot:
     audio_ms: int
     chunks: tuple[ClosedChunk, ...]
     request: AsrRequest | None
+    tail_start: int = 0  # the tail's first sample in the segment buffer (where its words are placed)
 
     @classmethod
     def take(cls, segment: Segment, audio_ms: int) -> TailSnapshot:
@@ -34,7 +35,7 @@ class TailSnapshot:
         request = None
         if chunks.tail_needs_decode:
             request = AsrRequest(segment.buffer.view()[chunks.open_start :], segment.options, chunks.features)
-        return cls(audio_ms, tuple(chunks.closed), request)
+        return cls(audio_ms, tuple(chunks.closed), request, chunks.open_start)
 
     async def chunk_outcomes(self) -> list[DecodeOutcome] | None:
         """These chunks' decodes (awaiting any still running); None if one was cancelled. Shielded:
@@ -46,3 +47,7 @@ class TailSnapshot:
                 return None
             outcomes.append(outcome)
         return outcomes
+
+    def piece_starts(self) -> list[int]:
+        """Where each piece of a final starts in the segment buffer: the chunks', then the tail's."""
+        return [chunk.start for chunk in self.chunks] + [self.tail_start]

@@ -39,6 +39,8 @@ class Turn:
     staged_finals: dict[int, StagedText] = field(default_factory=dict)  # each final as it was sent
     _staged: tuple[tuple[int, ...], StagedText] | None = field(default=None, repr=False)
     wake_sent: bool = False
+    confidences: dict[int, float] = field(default_factory=dict)  # words sessions: each final's confidence
+    wake_refused: bool = False  # a final's wake phrase was heard below wake.min_confidence: restaging keeps it out
 
     def text(self) -> str:
         """The segments' texts as recognised, joined (before the text stage)."""
@@ -61,7 +63,8 @@ class Turn:
         if self._staged is not None and self._staged[0] == finals:
             return self._staged[1]
         restage = self._restage(finals)
-        staged = self.stage.final(*restage, self.engine_itn) if restage else self.as_sent(finals)
+        staged = (self.stage.final(*restage, self.engine_itn, detect_wake=not self.wake_refused) if restage
+                  else self.as_sent(finals))
         self._staged = (finals, staged)
         return staged
 
@@ -74,7 +77,7 @@ class Turn:
         if restage is None or (self._staged is not None and self._staged[0] == finals):
             return
         try:
-            staged = await self.stage.final_off_loop(*restage, self.engine_itn)
+            staged = await self.stage.final_off_loop(*restage, self.engine_itn, detect_wake=not self.wake_refused)
         except Exception:
             log.exception("text stage failed on a turn; committing its finals as they were sent")
             staged = self.as_sent(finals)

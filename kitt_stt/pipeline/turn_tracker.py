@@ -227,7 +227,8 @@ class TurnTracker:
         if wake is not None:
             metadata["wake"] = wake
         frame = CommitFrame(seat=self._seat, turn_id=self._announce(turn), text=text,
-                            segment_ids=list(turn.segment_ids), metadata=metadata)
+                            segment_ids=list(turn.segment_ids), metadata=metadata,
+                            confidence=min(turn.confidences.values(), default=None))
         log.debug("turn committed: %s after %.0f ms", decision.reason.value, decision.wait_ms,
                   extra={"turn": frame.turn_id, "segment": turn.segment_ids[-1]})
         self._emit(frame)

@@ -20,6 +20,7 @@ from pydantic import (
     StrictInt,
     StrictStr,
     field_validator,
+    model_serializer,
 )
 
 from kitt_stt.text.wake import MAX_WAKE_PHRASES
@@ -73,6 +74,7 @@ class WakeFields(ClientFrame):
     phrases: Annotated[list[StrictStr], Field(max_length=MAX_WAKE_PHRASES)] | None = None
     mode: StrictStr | None = None
     follow_up_ms: StrictInt | None = None
+    min_confidence: float | None = None
 
 
 class TextFields(ClientFrame):
@@ -96,6 +98,7 @@ class StartFrame(ClientFrame):
     eager: StrictBool | None = None
     wake: WakeFields | None = None
     text: TextFields | None = None
+    words: StrictBool | None = None
 
 
 class AudioFrame(ClientFrame):
@@ -126,6 +129,7 @@ class ConfigureFrame(ClientFrame):
     eager: StrictBool | None = None
     wake: WakeFields | None = None
     text: TextFields | None = None
+    words: StrictBool | None = None
 
 
 class PingFrame(ClientFrame):
@@ -177,6 +181,17 @@ class ServerFrame(BaseModel):
 
     model_config = ConfigDict(frozen=True)
     echo_fields: ClassVar[tuple[str, ...]] = ()
+    # fields added later that are left out of the frame while None, so sessions that did not ask
+    # for them get the frame exactly as before
+    omitted_when_none: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, handler: Any) -> Any:
+        data = handler(self)
+        for name in self.omitted_when_none:
+            if isinstance(data, dict) and data.get(name, 0) is None:
+                del data[name]
+        return data
 
 
 class ModelInfo(BaseModel):
@@ -184,6 +199,7 @@ class ModelInfo(BaseModel):
     kind: str
     provider: str
     hotwords: bool  # whether the engine applies hotwords (otherwise they are accepted and ignored)
+    words: bool = False  # whether the engine times words (``words: true`` sessions get final.words)
 
 
 class Limits(BaseModel):
@@ -219,6 +235,15 @@ class InterimFrame(ServerFrame):
     audio_ms: int
 
 
+class WordFrame(BaseModel):
+    """One word of a final, on the seat's audio clock (``docs/protocol.md``, "Words")."""
+
+    text: str
+    start_ms: int
+    end_ms: int
+    confidence: float
+
+
 class FinalFrame(ServerFrame):
     type: Literal["final"] = "final"
     seat: str
@@ -234,6 +259,10 @@ class FinalFrame(ServerFrame):
     timing: dict[str, float]
     end_reason: str
     wake: dict[str, str] | None = None  # {phrase, text}: the wake phrase this final began with
+    confidence: float | None = None  # ``words: true`` sessions: the segment's (geometric mean of its words')
+    words: list[WordFrame] | None = None  # ``words: true`` sessions: {text, start_ms, end_ms, confidence}
+
+    omitted_when_none: ClassVar[tuple[str, ...]] = ("confidence", "words")
 
 
 class WakeFrame(ServerFrame):
@@ -273,6 +302,9 @@ class CommitFrame(ServerFrame):
     text: str
     segment_ids: list[int]
     metadata: dict[str, Any]
+    confidence: float | None = None  # ``words: true`` sessions: the lowest of the turn's finals'
+
+    omitted_when_none: ClassVar[tuple[str, ...]] = ("confidence",)
 
 
 class TurnEagerFrame(ServerFrame):

@@ -167,7 +167,8 @@ class Connection:
         server = self._config.server
         return ReadyFrame(
             session_id=self.session_id,
-            model=ModelInfo(name=info.name, kind=info.kind, provider=info.provider, hotwords=info.hotwords),
+            model=ModelInfo(name=info.name, kind=info.kind, provider=info.provider, hotwords=info.hotwords,
+                            words=info.words),
             limits=Limits(
                 sample_rate=SAMPLE_RATE, frame_ms=20, max_frame_ms=server.max_frame_ms,
                 max_seats=server.max_seats, max_segment_ms=self._config.vad.max_segment_ms,

@@ -35,7 +35,7 @@ class SessionUpdates:
             language=asr.language, use_itn=asr.use_itn, interim=config.interim.enabled,
             hotwords=parse_hotwords(asr.hotwords), eager=config.turn.eager_events,
             stage=TextStage(config.text, config.wake), switch_margin=asr.language_switch_margin,
-            languages=auto_languages(asr.auto_languages, engine.info.languages),
+            languages=auto_languages(asr.auto_languages, engine.info.languages), words=asr.words,
         )
         self._hotword_changes = HotwordChanges(config.server.hotword_changes, asr.hotwords,
                                                self.current.decode_hotwords(), biased=engine.info.hotwords)
@@ -48,6 +48,7 @@ class SessionUpdates:
             settings = settings.updated(stage=updated_stage(self.current.stage, frame.wake, frame.text))
         if frame.languages is not None:
             settings = settings.updated(languages=checked_languages(frame.languages, self._engine.info.languages))
+        settings = settings.updated(words=frame.words)
         decoding = settings.decode_hotwords()  # wake phrases are hotwords too: charged once the frame is applied
         if self._hotword_changes.charge(decoding) and decoding:
             await self._prepare_hotwords(decoding)

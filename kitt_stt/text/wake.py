@@ -80,6 +80,9 @@ class WakeSettings(BaseModel):
     #: After a turn that was only the wake phrase, the next turn starting within this many ms of
     #: audio counts as woken.
     follow_up_ms: int = Field(default=DEFAULT_FOLLOW_UP_MS, ge=0, le=600_000)
+    #: A wake phrase whose words were heard with a lower confidence (their lowest) does not wake;
+    #: applies to finals of ``words: true`` sessions on an engine that times words; 0: off.
+    min_confidence: float = Field(default=0.0, ge=0.0, le=1.0)
     match: WakeMatchParams = WakeMatchParams()
 
     @field_validator("phrases")

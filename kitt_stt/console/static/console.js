@@ -79,7 +79,7 @@ function setUp() {
     ? `server default: ${wake.phrases.join(", ")}` : "e.g. 你好小凯, hey kitt";
   $("token").placeholder = settings.auth_required
     ? "this server requires one (sent as ?token= in the WebSocket URL)" : "not required by this server";
-  for (const id of ["language", "interim", "eager", "hotwords"]) {
+  for (const id of ["language", "interim", "eager", "hotwords", "words"]) {
     $(id).addEventListener("change", () => reconfigure(id));
   }
   for (const id of ["wake-phrases", "wake-mode"]) $(id).addEventListener("change", () => reconfigure("wake"));
@@ -114,12 +114,13 @@ function wakeSetting() {
 function connect() {
   if (session?.isOpen) return Promise.resolve();
   if (connecting) return connecting;
-  // hotwords, eager and wake only when set: otherwise the server's defaults apply (asr.hotwords,
-  // turn.eager_events, wake)
+  // hotwords, eager, words and wake only when set: otherwise the server's defaults apply
+  // (asr.hotwords, turn.eager_events, asr.words, wake)
   const start = { type: "start", language: setting("language"), interim: setting("interim"),
                   client: "kitt-stt console" };
   if (setting("hotwords").length > 0) start.hotwords = setting("hotwords");
   if (setting("eager")) start.eager = true;
+  if (setting("words")) start.words = true;
   if (setting("wake")) start.wake = setting("wake");
   const opening = new Session(socketUrl(), { onFrame: (frame, at) => view.handle(frame, at), onClose: closed });
   view.reset();
@@ -240,7 +241,8 @@ function showReady(frame) {
   const { model = {}, limits = {} } = frame;
   const hotwords = model.hotwords ? "applied" : "accepted but not applied by this engine";
   $("ready").replaceChildren(
-    fact("model", `${model.name} (${model.kind}) on ${model.provider}; hotwords ${hotwords}`),
+    fact("model", `${model.name} (${model.kind}) on ${model.provider}; hotwords ${hotwords}; ` +
+                  (model.words ? "times words" : "no word timings")),
     fact("limits", `${limits.sample_rate} Hz, ${limits.frame_ms} ms frames (at most ${limits.max_frame_ms} ms), ` +
                    `${limits.max_seats} seats, segments up to ${limits.max_segment_ms} ms, ` +
                    `audio at up to ${limits.realtime_factor}× real time (burst ${limits.burst_ms} ms)`),

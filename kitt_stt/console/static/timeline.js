@@ -11,7 +11,8 @@ const ROW = 20;
 const AXIS = 22;
 
 /**
- * @param {{segments: {id: number, start: number?, end: number?, closed: number, final: number}[],
+ * @param {{segments: {id: number, start: number?, end: number?, closed: number, final: number,
+ *          words: {text: string, start: number, end: number, confidence: number}[]?}[],
  *          commit: number, waitMs: number, reason: string}} turn times in ms (performance.now);
  *          start/end are null when the page did not send that segment's audio itself
  * @returns {SVGSVGElement}
@@ -33,6 +34,7 @@ export function timeline(turn) {
       draw.marker(segment.start, y, "speech start");
       draw.marker(segment.end, y, "segment end (last voiced audio)");
     }
+    for (const word of segment.words ?? []) draw.word(word, y);
     draw.bar(segment.closed, segment.final, y, "final", "final (server latency)");
     draw.marker(segment.final, y, "final");
   });
@@ -76,6 +78,15 @@ class Drawing {
                                      class: left ? "beside left" : "beside" }, caption));
     }
     this.svg.append(group);
+  }
+
+  /** A word (``final.words``): a strip under the row, as opaque as the word is sure. */
+  word(word, y) {
+    const x0 = this.x(word.start);
+    const strip = element("rect", { class: "word", x: x0, y: y + ROW - 5, width: Math.max(this.x(word.end) - x0, 1.5),
+                                    height: 3, "fill-opacity": Math.max(0.2, word.confidence) });
+    strip.append(element("title", {}, `${word.text}: ${ms(word.end - word.start)}, confidence ${word.confidence}`));
+    this.svg.append(strip);
   }
 
   marker(t, y, title) {

@@ -6,6 +6,7 @@
 // Server text only ever reaches the page through textContent.
 
 import { timeline } from "./timeline.js";
+import { placedWords, wordLine } from "./word_view.js";
 import { errorText } from "./words.js";
 
 /** Committed turns kept per seat; older ones leave the page so a long session stays light. */
@@ -95,7 +96,12 @@ export class LiveView {
     if (frame.wake) segment.wake = frame.wake;
     segment.el.classList.add("final");
     const nothing = frame.wake ? "(only the wake phrase)" : "(nothing recognised)";
-    segment.el.querySelector(".text").textContent = frame.text || nothing;
+    const text = segment.el.querySelector(".text");
+    text.textContent = frame.text || nothing;
+    if (Array.isArray(frame.words) && frame.words.length > 0) {
+      text.replaceChildren(wordLine(frame.words));
+      segment.words = placedWords(frame.words, (audioMs) => state.clock.wallAt(audioMs));
+    }
     const timing = frame.timing || {};
     const parts = [`final ${fixed(frame.server_latency_ms)} ms after the segment ended`];
     for (const [key, value] of Object.entries(timing)) {
@@ -104,6 +110,7 @@ export class LiveView {
     }
     parts.push(`end: ${frame.end_reason}`);
     if (frame.lang) parts.push(`lang ${frame.lang}`);
+    if (frame.confidence != null) parts.push(`confidence ${fixed(frame.confidence, 3)}`);
     if (frame.wake) parts.push(`wake phrase “${frame.wake.phrase}” left out of the text`);
     segment.el.querySelector(".detail").textContent = parts.join(" · ");
   }
@@ -118,6 +125,7 @@ export class LiveView {
     const head = div(committed ? "commit" : "filtered-head");
     head.append(span("label", `turn ${frame.turn_id}`), span("text", frame.text),
                 span("segments", `segments ${frame.segment_ids.join(", ")}`));
+    if (frame.confidence != null) head.append(span("segments", ` · confidence ${fixed(frame.confidence, 3)}`));
     turn.append(head);
     if (committed) {
       turn.append(div("decision", decisionText(decision)));
