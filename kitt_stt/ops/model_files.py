@@ -13,7 +13,7 @@ from pathlib import Path
 
 from kitt_stt.config.schema import ModelsConfig
 from kitt_stt.models.checksums import sha256_file
-from kitt_stt.models.registry import COMPLETE_MARKER, REGISTRY, default_cache_dir
+from kitt_stt.models.registry import COMPLETE_MARKER, REGISTRY, default_cache_dir, installed_revision
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,12 @@ def locate_model(spec: str, models: ModelsConfig, setting: str) -> ModelLocation
             return ModelLocation(setting, spec, directory, False,
                                  problem="not installed (the server installs it on first start, which needs the "
                                          "network for most models; `kitt-stt models prepare` does it ahead)")
+        revision, wanted = installed_revision(directory), REGISTRY[spec].revision
+        if revision != wanted:
+            return ModelLocation(setting, spec, directory, True,
+                                 problem=f"an older build (revision {revision}; this kitt-stt builds revision "
+                                         f"{wanted}): the server installs it again on start, as `kitt-stt models "
+                                         "prepare` does")
         recorded = _read_marker(marker)
         files = tuple(_describe(directory / name, digest) for name, digest in recorded.items()
                       if (directory / name).is_file())
