@@ -13,7 +13,8 @@ import pytest
 
 from kitt_stt.asr.ctc import PieceIndex, tokenize_hotword
 from kitt_stt.audio.vad import EndReason
-from kitt_stt.config.schema import AppConfig, HotwordChangeBudget
+from kitt_stt.config.schema import AppConfig
+from kitt_stt.config.server_config import HotwordChangeBudget
 from kitt_stt.hotwords import Hotword, parse_hotword
 from kitt_stt.logs import root_info_silenced
 from kitt_stt.protocol.errors import ErrorCode, ProtocolError

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kitt_stt.hotwords import Hotword, parse_hotword
-from kitt_stt.pipeline.turn import join_texts
+from kitt_stt.pipeline.text_join import join_texts
 from kitt_stt.protocol.codec import decode_client_frame, encode_server_frame
 from kitt_stt.protocol.errors import ErrorCode, ProtocolError
 from kitt_stt.protocol.frames import AudioFrame, PingFrame, PongFrame, StartFrame

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kitt_stt.pipeline.turn import join_texts
+from kitt_stt.pipeline.text_join import join_texts
 from kitt_stt.text.gate import TurnAction, WakeGate
 from kitt_stt.text.script import ScriptMode
 from kitt_stt.text.stage import StagedText, TextSettings, TextStage

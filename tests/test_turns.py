@@ -11,8 +11,9 @@ import pytest
 
 from kitt_stt.audio.ring import SampleRing
 from kitt_stt.pipeline.eot import HoldRule, SilenceTimeoutPolicy, TurnSensePolicy
-from kitt_stt.pipeline.turn import TurnState, TurnTracker, join_texts
+from kitt_stt.pipeline.text_join import join_texts
 from kitt_stt.pipeline.turn_text import TextEnding, text_ending
+from kitt_stt.pipeline.turn_tracker import TurnState, TurnTracker
 from kitt_stt.text import TextStage
 from kitt_stt.turnsense.model import TurnPrediction
 

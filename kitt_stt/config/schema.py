@@ -7,15 +7,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from kitt_stt.config.execution import CudaOptions, TensorRTOptions
+from kitt_stt.config.section import Section
+from kitt_stt.config.server_config import HotwordChangeBudget, ServerConfig, quoted_token
 from kitt_stt.hotwords import MAX_HOTWORDS, parse_hotword
 from kitt_stt.str_enum import StrEnum
 from kitt_stt.text import TextSettings, WakeSettings
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
 class Provider(StrEnum):
@@ -26,160 +25,17 @@ class Provider(StrEnum):
     TENSORRT = "tensorrt"
 
 
-class RateLimitConfig(_Section):
-    """Per-seat audio budget: ``burst_ms`` of audio at once, then ``realtime_factor`` x real time."""
-
-    realtime_factor: float = Field(default=4.0, gt=0)
-    burst_ms: int = Field(default=10_000, ge=1000)
-
-
-class SegmentStartBudget(_Section):
-    """Per-seat budget for opening segments (each one costs a final decode): ``burst`` at once,
-    then ``per_s`` a second. Real speech opens at most ~2 a second (start + silence hysteresis)."""
-
-    per_s: float = Field(default=2.0, gt=0)
-    burst: int = Field(default=10, ge=1)
-
-
-class HotwordChangeBudget(_Section):
-    """Per-connection budget for changing hotwords (``start``/``configure``): ``burst`` at once, then
-    ``per_s`` a second. Each new list costs a trie build (up to ~0.1 s of CPU for 1000 long words);
-    a car changes its list when the context does (contacts, a destination), not several times a second."""
-
-    per_s: float = Field(default=0.5, gt=0)
-    burst: int = Field(default=5, ge=1)
-
-
-def _quoted_token(value: object) -> object:
-    """A token must be text as written: YAML reads unquoted 0123 as 83, 0x1F as 31 and 12:30 as 750."""
-    if value is not None and not isinstance(value, str):
-        raise ValueError(f"write the token as a quoted string (YAML read it as {type(value).__name__} {value!r}), "
-                         'e.g. token: "0123"')
-    return value
-
-
-class ServerConfig(_Section):
-    host: str = "127.0.0.1"
-    port: int = Field(default=8000, ge=0, le=65535)
-    path: str = "/stt/sensevoice"
-    auth_token: str | None = None
-    metrics_auth: bool = False
-    max_connections: int = Field(default=64, ge=1)
-    max_connections_per_client_ip: int | None = Field(default=None, ge=1)
-    idle_timeout_s: float = Field(default=60.0, ge=0)
-    max_pending_decodes: int = Field(default=32, ge=1, le=10_000)
-    max_messages_per_s: int = Field(default=2000, ge=10)
-    # and at most this many bytes a second (one second's worth at once): 8 seats at the audio rate
-    # limit send 1 MiB/s; a flood of 130 KB hotword lists otherwise kept the event loop busy
-    max_read_bytes_per_s: int = Field(default=4 << 20, ge=64 << 10)
-    segment_starts: SegmentStartBudget = SegmentStartBudget()
-    hotword_changes: HotwordChangeBudget = HotwordChangeBudget()
-    max_seats: int = Field(default=8, ge=1, le=64)
-    max_frame_ms: int = Field(default=1000, ge=10, le=1000)
-    max_message_bytes: int = Field(default=1 << 20, ge=4096)
-    outbound_queue_frames: int = Field(default=2000, ge=10)
-    # A client that does not read is closed (slow_consumer) before its answers use this much memory,
-    # or when its socket has taken nothing for send_stall_s (docs/protocol.md).
-    max_outbox_bytes: int = Field(default=4 << 20, ge=64 << 10)
-    send_stall_s: float = Field(default=10.0, gt=0, le=300)
-    rate_limit: RateLimitConfig = RateLimitConfig()
-    shutdown_grace_s: float = Field(default=10.0, ge=0)
-    # The browser console (docs/console.md): a debugging page served at /console. Off in the
-    # Kubernetes overlays, where nobody should talk to a production pod from a browser.
-    console: bool = True
-    # /openapi.json, /docs, /redoc: behind auth_token when one is set; off in the Kubernetes overlays.
-    api_docs: bool = True
-
-    _auth_token_is_text = field_validator("auth_token", mode="before")(_quoted_token)
-
-    @field_validator("auth_token")
-    @classmethod
-    def _token_not_blank(cls, value: str | None) -> str | None:
-        if value is not None and not value.strip():
-            raise ValueError("an empty auth token would turn authentication off: remove the key (or set null) "
-                             "to run without auth, or set a real token")
-        return value
-
-    @model_validator(mode="after")
-    def _metrics_auth_needs_token(self) -> ServerConfig:
-        if self.metrics_auth and not self.auth_token:
-            raise ValueError("server.metrics_auth needs server.auth_token")
-        return self
-
-
-class CudaOptions(_Section):
-    """onnxruntime CUDA execution provider options (``asr.cuda``)."""
-
-    device_id: int = Field(default=0, ge=0)
-    gpu_mem_limit_mb: int | None = Field(default=None, ge=256)
-    arena_extend_strategy: str = "kSameAsRequested"
-    cudnn_conv_algo_search: str = "HEURISTIC"
-
-
-class TensorRTOptions(_Section):
-    """onnxruntime TensorRT execution provider options (``asr.tensorrt``).
-
-    The optimisation profile covers ``x`` [batch, T, 560] with T in LFR frames (60 ms each):
-    1 / 100 / 2000 frames is 60 ms / 6 s / 120 s of audio; batch up to ``asr.max_batch``.
-
-    Caches live under one absolute ``cache_dir`` (a persistent volume in the images), because a
-    relative path lands wherever the process happens to start and an engine there is lost with
-    the container. ``engine_cache_path`` / ``timing_cache_path`` stay for existing deployments: unset,
-    they are ``<cache_dir>/engines`` and ``<cache_dir>/timing``; relative, they are taken under
-    ``cache_dir``. The engine itself goes one level deeper, into a directory keyed by GPU, TensorRT,
-    onnxruntime, the model's sha256 and the build options (``kitt_stt/ops/trt_key.py``), because
-    onnxruntime's own cache check covers none of the weights.
-    """
-
-    fp16: bool = True
-    cache_dir: Path = Path("/var/cache/kitt-stt/trt")
-    engine_cache_path: Path | None = None
-    timing_cache_path: Path | None = None
-    max_workspace_mb: int = Field(default=4096, ge=64)
-    builder_optimization_level: int = Field(default=3, ge=0, le=5)
-    profile_min_frames: int = Field(default=1, ge=1)
-    profile_opt_frames: int = Field(default=100, ge=1)
-    profile_max_frames: int = Field(default=2000, ge=1)
-    ep_context_model: Path | None = None
-
-    @field_validator("cache_dir")
-    @classmethod
-    def _absolute_cache_dir(cls, value: Path) -> Path:
-        """A relative cache_dir is pinned to the working directory at load time, once."""
-        return value.expanduser().absolute()
-
-    def engine_root(self) -> Path:
-        """Where keyed engine directories go: absolute, whatever the process's working directory."""
-        return self._under_cache_dir(self.engine_cache_path, "engines")
-
-    def timing_root(self) -> Path:
-        """Where keyed timing-cache directories go (timing caches are shared by models)."""
-        return self._under_cache_dir(self.timing_cache_path, "timing")
-
-    def _under_cache_dir(self, path: Path | None, default: str) -> Path:
-        if path is None:
-            return self.cache_dir / default
-        path = path.expanduser()
-        return path if path.is_absolute() else self.cache_dir / path
-
-    @model_validator(mode="after")
-    def _ordered_profile(self) -> TensorRTOptions:
-        if not self.profile_min_frames <= self.profile_opt_frames <= self.profile_max_frames:
-            raise ValueError("profile frames must satisfy min <= opt <= max")
-        return self
-
-
 class Engine(StrEnum):
     SHERPA = "sherpa"
     ONNXRUNTIME = "onnxruntime"
 
 
-class Decoding(_Section):
+class Decoding(Section):
     method: str = Field(default="greedy", pattern="^(greedy|beam)$")
     max_active_paths: int = Field(default=4, ge=1, le=64)
 
 
-class WhisperOptions(_Section):
+class WhisperOptions(Section):
     """Whisper models (``asr.whisper``); they always run on sherpa-onnx, whatever ``asr.engine`` says."""
 
     tail_paddings: int = Field(default=700, ge=50, le=2000)  # 10 ms frames of silence after the audio
@@ -188,10 +44,10 @@ class WhisperOptions(_Section):
     # after it, and log-prior offsets per language; chosen by utils/performance/lid_report.py
     language_window_ms: int = Field(default=1500, ge=500, le=29_500)
     language_pad_frames: int = Field(default=700, ge=0, le=2000)
-    language_bias: dict[str, float] = {"zh": 3.0}
+    language_bias: dict[str, float] = Field(default_factory=lambda: {"zh": 3.0})
 
 
-class AsrConfig(_Section):
+class AsrConfig(Section):
     model: str = "whisper-base"
     engine: Engine = Engine.ONNXRUNTIME
     provider: Provider = Provider.CPU
@@ -216,7 +72,7 @@ class AsrConfig(_Section):
     hotword_cache_size: int = Field(default=64, ge=1, le=10_000)
     max_queue: int = Field(default=256, ge=1)
     use_itn: bool = True
-    hotwords: list[str] = []
+    hotwords: list[str] = Field(default_factory=list)
     chunk_pause_ms: int = Field(default=100, ge=0)
     max_chunk_ms: int = Field(default=5000, ge=1000)
     interim_queue_budget_ms: int = Field(default=300, ge=0)
@@ -253,7 +109,7 @@ class VadEngine(StrEnum):
     """Silero VAD v6 on onnxruntime (the ``silero-vad`` registry model): hears voices, not noise."""
 
 
-class VadConfig(_Section):
+class VadConfig(Section):
     engine: VadEngine = VadEngine.WEBRTC
     model: str = "silero-vad"  # the neural engine's model: a registry name or a directory
     aggressiveness: int = Field(default=2, ge=0, le=3)  # webrtc
@@ -279,13 +135,13 @@ class VadConfig(_Section):
     max_segment_ms: int = Field(default=30_000, ge=1000)
 
 
-class InterimConfig(_Section):
+class InterimConfig(Section):
     enabled: bool = True
     start_ms: int = Field(default=1000, ge=0)
     min_interval_ms: int = Field(default=1000, ge=50)
 
 
-class TurnConfig(_Section):
+class TurnConfig(Section):
     """End of turn: the TurnSense model's probability combined with silence time (docs/turns.md)."""
 
     model: str | None = "turnsense"
@@ -305,7 +161,7 @@ class TurnConfig(_Section):
     commit_empty: bool = False
 
 
-class ModelsConfig(_Section):
+class ModelsConfig(Section):
     cache_dir: Path | None = None
     sensevoice_url: str = (
         "https://github.com/k2-fsa/sherpa-onnx/releases/download/asr-models/"
@@ -314,12 +170,12 @@ class ModelsConfig(_Section):
     sensevoice_sha256: str | None = None
 
 
-class LoggingConfig(_Section):
+class LoggingConfig(Section):
     level: str = "INFO"
     json_format: bool = False
 
 
-class TracingConfig(_Section):
+class TracingConfig(Section):
     """Chrome-trace timeline (open in ui.perfetto.dev); off by default."""
 
     enabled: bool = False
@@ -330,7 +186,7 @@ class TracingConfig(_Section):
     keep_files: int = Field(default=3, ge=1, le=100)
 
 
-class DebugConfig(_Section):
+class DebugConfig(Section):
     """``/debug/logs`` and ``/debug/trace``: off unless enabled, and always behind a token."""
 
     logs_enabled: bool = False
@@ -339,7 +195,7 @@ class DebugConfig(_Section):
     logs_max_bytes: int = Field(default=1 << 20, ge=1024)
     logs_max_records: int = Field(default=2000, ge=10)
 
-    _token_is_text = field_validator("token", mode="before")(_quoted_token)
+    _token_is_text = field_validator("token", mode="before")(quoted_token)
 
     @model_validator(mode="after")
     def _token_required(self) -> DebugConfig:
@@ -348,7 +204,7 @@ class DebugConfig(_Section):
         return self
 
 
-class FileTranscriptionConfig(_Section):
+class FileTranscriptionConfig(Section):
     """The OpenAI-compatible upload endpoint (``POST /v1/audio/transcriptions``, docs/integrations.md).
 
     Uploads are decoded below live audio's priority, yet each one still holds memory and a share
@@ -369,7 +225,7 @@ class FileTranscriptionConfig(_Section):
     hotword_changes: HotwordChangeBudget = HotwordChangeBudget(per_s=0.1, burst=5)
 
 
-class AppConfig(_Section):
+class AppConfig(Section):
     """The whole service configuration (see ``config.yaml`` for a commented example)."""
 
     server: ServerConfig = ServerConfig()

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kitt_stt.integrations.link import ReplayBuffer
-from kitt_stt.pipeline.turn import join_texts
+from kitt_stt.pipeline.text_join import join_texts
 
 
 @dataclass(frozen=True)

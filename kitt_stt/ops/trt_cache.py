@@ -29,7 +29,8 @@ import onnxruntime as ort
 from filelock import FileLock
 
 from kitt_stt.asr.providers import ProviderError, build_ep_context, check_available, tensorrt_options
-from kitt_stt.config.schema import AppConfig, AsrConfig, Engine, Provider, TensorRTOptions
+from kitt_stt.config.execution import TensorRTOptions
+from kitt_stt.config.schema import AppConfig, AsrConfig, Engine, Provider
 from kitt_stt.models.checksums import sha256_file
 from kitt_stt.ops.gpu import probe_gpus
 from kitt_stt.ops.libraries import cuda_major, onnxruntime_info, tensorrt_version

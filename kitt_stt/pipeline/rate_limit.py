@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from kitt_stt.config.schema import RateLimitConfig, SegmentStartBudget
+from kitt_stt.config.server_config import RateLimitConfig, SegmentStartBudget
 
 
 class Throttle:

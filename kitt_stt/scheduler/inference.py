@@ -23,119 +23,17 @@ the loop.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 import time
-from collections import Counter, OrderedDict, deque
-from collections.abc import Callable, Hashable
-from dataclasses import dataclass
-from enum import IntEnum
-from typing import Any
+from collections import Counter
+from collections.abc import Hashable
 
 from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult, StageTimer
-from kitt_stt.observability.trace import Tracer, Track
+from kitt_stt.observability.trace import Tracer
+from kitt_stt.scheduler.jobs import DecodeObserver, DecodeOutcome, Job, Lane, Priority, TraceTag, post, settle
 
 log = logging.getLogger(__name__)
-
-
-class Priority(IntEnum):
-    FINAL = 0
-    CHUNK = 1  # a closed chunk of an open segment: the final will need it
-    INTERIM = 2
-    FILE = 3  # an uploaded file (POST /v1/audio/transcriptions): never ahead of live audio
-
-
-@dataclass(frozen=True)
-class TraceTag:
-    """Where a job's spans go in the trace, and the ids they carry."""
-
-    track: Track
-    args: dict[str, Any]
-
-
-#: ``observer(priority, queue_seconds, decode_seconds)`` after every decoded job (metrics).
-DecodeObserver = Callable[["Priority", float, float], None]
-
-
-@dataclass(frozen=True)
-class DecodeOutcome:
-    result: AsrResult
-    queue_ms: float
-    decode_ms: float
-    batch_size: int
-
-
-@dataclass
-class _Job:
-    rank: int  # index of the lane the job waits in (promotion moves a chunk to the final lane)
-    request: AsrRequest | None  # None once dropped: a lane entry waiting to be skipped holds no audio
-    owner: Hashable
-    lane_key: Hashable  # whose turn the job waits for: its owner, or one shared key in naive mode
-    coalesce_key: Hashable | None
-    future: asyncio.Future
-    loop: asyncio.AbstractEventLoop
-    submitted: float
-    trace: TraceTag | None = None
-    kind: Priority = Priority.FINAL
-    dropped: bool = False
-
-
-def _settle(future: asyncio.Future, value: object = None, error: BaseException | None = None) -> None:
-    if future.done():
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(value)
-
-
-def _post(job: _Job, value: object = None, error: BaseException | None = None) -> None:
-    """Settle ``job``'s future from a worker thread; a loop that already closed has no awaiter."""
-    with contextlib.suppress(RuntimeError):
-        job.loop.call_soon_threadsafe(_settle, job.future, value, error)
-
-
-class _Lane:
-    """Jobs of one priority: a FIFO per owner (connection), served round-robin between owners.
-
-    Why per owner: with one FIFO, a connection that queues a hundred finals makes every other
-    connection's final wait for all of them; round-robin bounds that wait to one job per owner
-    ahead in the rotation. Entries that were dropped or promoted away stay in their deque and are
-    skipped when reached (cheaper than searching deques on every cancellation).
-    """
-
-    def __init__(self, rank: int) -> None:
-        self.rank = rank
-        self._owners: OrderedDict[Hashable, deque[_Job]] = OrderedDict()
-
-    def push(self, job: _Job) -> None:
-        jobs = self._owners.get(job.lane_key)
-        if jobs is None:
-            jobs = self._owners[job.lane_key] = deque()
-        jobs.append(job)
-
-    def pop(self) -> _Job | None:
-        """The next live job, taking owners in turn."""
-        while self._owners:
-            owner, jobs = next(iter(self._owners.items()))
-            job = jobs.popleft()
-            if jobs:
-                self._owners.move_to_end(owner)
-            else:
-                del self._owners[owner]
-            if not job.dropped and job.rank == self.rank:
-                return job
-        return None
-
-    def live(self) -> list[_Job]:
-        return [job for queue in self._owners.values() for job in queue if not job.dropped and job.rank == self.rank]
-
-    def forget(self, lane_key: Hashable) -> None:
-        self._owners.pop(lane_key, None)
-
-    def clear(self) -> None:
-        self._owners.clear()
 
 
 class InferenceScheduler:
@@ -150,10 +48,10 @@ class InferenceScheduler:
         self._workers = workers
         self._max_batch = max_batch
         # naive mode keeps the old single FIFO (the benchmark baseline): one lane, one owner key
-        self._lanes = [_Lane(0)] if fifo else [_Lane(int(priority)) for priority in Priority]
+        self._lanes = [Lane(0)] if fifo else [Lane(int(priority)) for priority in Priority]
         self._depth = 0
-        self._pending_interims: dict[Hashable, _Job] = {}
-        self._queued_chunks: dict[asyncio.Future, _Job] = {}
+        self._pending_interims: dict[Hashable, Job] = {}
+        self._queued_chunks: dict[asyncio.Future, Job] = {}
         self._outstanding: Counter[Hashable] = Counter()  # event-loop side: submitted, not yet settled
         self._cond = threading.Condition()
         self._threads: list[threading.Thread] = []
@@ -185,7 +83,7 @@ class InferenceScheduler:
             for job in lane.live():
                 job.dropped = True
                 job.request = None
-                _post(job, None, error)
+                post(job, None, error)
             lane.clear()
         self._depth = 0
         self._pending_interims.clear()
@@ -211,7 +109,7 @@ class InferenceScheduler:
             rank, coalesce_key, lane_key = 0, None, None
         else:
             rank, lane_key = int(priority), owner
-        job = _Job(rank, request, owner, lane_key, coalesce_key, future, loop, time.perf_counter(), trace,
+        job = Job(rank, request, owner, lane_key, coalesce_key, future, loop, time.perf_counter(), trace,
                    kind=priority)
         with self._cond:
             if self.failure is not None:  # nobody would ever decode it: fail now, do not hang
@@ -268,7 +166,7 @@ class InferenceScheduler:
                     lane.forget(owner)
         return dropped
 
-    def _drop(self, job: _Job, settle_now: bool = False) -> None:
+    def _drop(self, job: Job, settle_now: bool = False) -> None:
         """Take a queued job out (its awaiter gets ``None``). Call with the lock held."""
         if job.dropped:
             return
@@ -279,11 +177,11 @@ class InferenceScheduler:
             del self._pending_interims[job.coalesce_key]
         self._queued_chunks.pop(job.future, None)
         if settle_now:
-            _settle(job.future, None)
+            settle(job.future, None)
         else:
-            _post(job)
+            post(job)
 
-    def _next_job(self) -> _Job | None:
+    def _next_job(self) -> Job | None:
         """The next live job of the most urgent lane. Call with the lock held."""
         for lane in self._lanes:
             while (job := lane.pop()) is not None:
@@ -291,7 +189,7 @@ class InferenceScheduler:
                     return job
         return None
 
-    def _take_batch(self) -> list[_Job] | None:
+    def _take_batch(self) -> list[Job] | None:
         """The next batch (None: stopping); up to ``max_batch`` jobs of one priority, owners in turn."""
         with self._cond:
             while True:
@@ -310,13 +208,13 @@ class InferenceScheduler:
                     batch.append(job)
             return batch
 
-    def _taken(self, job: _Job) -> None:
+    def _taken(self, job: Job) -> None:
         self._depth -= 1
         self._queued_chunks.pop(job.future, None)
         if job.coalesce_key is not None and self._pending_interims.get(job.coalesce_key) is job:
             del self._pending_interims[job.coalesce_key]
 
-    def _stale(self, job: _Job) -> bool:
+    def _stale(self, job: Job) -> bool:
         """An interim that waited longer than the budget is skipped: under load the interim cadence
         stretches instead of the queue growing (its awaiter gets ``None``).  Call with the lock held."""
         budget = self._interim_budget_s
@@ -329,7 +227,7 @@ class InferenceScheduler:
         return True
 
     def _work(self) -> None:
-        batch: list[_Job] | None = None
+        batch: list[Job] | None = None
         try:
             while (batch := self._take_batch()) is not None:
                 try:
@@ -337,19 +235,19 @@ class InferenceScheduler:
                 except Exception as exc:  # e.g. an engine answering with the wrong number of results
                     log.exception("decode failed for a batch of %d", len(batch))
                     for job in batch:
-                        _post(job, None, exc)
+                        post(job, None, exc)
         except BaseException as exc:  # whatever it was: say so, and answer every awaiter
             failure = f"{threading.current_thread().name} died: {exc!r}"
             log.critical("inference worker stopped: %s; the service reports unhealthy", failure, exc_info=True)
             error = RuntimeError(f"the inference service has failed: {failure}")
             for job in batch or ():
-                _post(job, None, error)
+                post(job, None, error)
             with self._cond:  # queued and future decodes fail at once rather than wait for nobody
                 self.failure = failure
                 self._fail_queued(error)
                 self._cond.notify_all()
 
-    def _run(self, batch: list[_Job]) -> None:
+    def _run(self, batch: list[Job]) -> None:
         started = time.perf_counter()
         timer = StageTimer()
         requests = [job.request for job in batch if job.request is not None]
@@ -358,7 +256,7 @@ class InferenceScheduler:
         except Exception as exc:
             if len(batch) == 1:
                 log.exception("decode failed")
-                _post(batch[0], None, exc)
+                post(batch[0], None, exc)
                 return
             # one bad request must not fail the others: decode each alone to find it
             log.warning("a batch of %d failed (%s); decoding its requests one by one", len(batch), exc)
@@ -366,9 +264,9 @@ class InferenceScheduler:
         finished = time.perf_counter()
         for job, result in zip(batch, results, strict=True):
             if isinstance(result, BaseException):
-                _post(job, None, result)
+                post(job, None, result)
                 continue
-            _post(job, DecodeOutcome(result, (started - job.submitted) * 1000.0, (finished - started) * 1000.0,
+            post(job, DecodeOutcome(result, (started - job.submitted) * 1000.0, (finished - started) * 1000.0,
                                      len(batch)))
             try:  # per job: a metrics or tracing fault must not touch the other jobs' results
                 if self._observer is not None:
@@ -377,7 +275,7 @@ class InferenceScheduler:
             except Exception:
                 log.exception("decode metrics/tracing failed")
 
-    def _decode_alone(self, job: _Job) -> AsrResult | BaseException:
+    def _decode_alone(self, job: Job) -> AsrResult | BaseException:
         assert job.request is not None  # taken jobs are never dropped
         try:
             return self.engine.decode_batch([job.request])[0]
@@ -385,7 +283,7 @@ class InferenceScheduler:
             log.exception("decode failed")
             return exc
 
-    def _trace(self, job: _Job, started: float, timer: StageTimer, batch_size: int) -> None:
+    def _trace(self, job: Job, started: float, timer: StageTimer, batch_size: int) -> None:
         tracer = self._tracer
         if tracer is None or job.trace is None or not tracer.enabled:
             return

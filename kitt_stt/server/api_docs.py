@@ -12,7 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import JSONResponse, Response
 
-from kitt_stt.config.schema import ServerConfig
+from kitt_stt.config.server_config import ServerConfig
 from kitt_stt.server.auth import bearer_refusal
 
 OPENAPI_PATH = "/openapi.json"

@@ -1,5 +1,8 @@
 """One WebSocket session: decode client frames, route them to seats, send server frames in order.
 
+Its seats (creation, limits, per-seat audio checks) are ``server/seats.py``'s; its settings and
+how ``start``/``configure`` change them, ``server/session_updates.py``'s.
+
 Inbound frames are handled one at a time on the event loop, read at most
 ``server.max_messages_per_s`` messages and ``server.max_read_bytes_per_s`` bytes a second; a
 bad frame yields one ``error`` frame and the session goes on.  Outbound frames go through the
@@ -23,18 +26,14 @@ import uuid
 from collections.abc import Iterable
 from functools import partial
 
-import numpy as np
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from kitt_stt.audio.vad import EndReason
-from kitt_stt.hotwords import Hotword, parse_hotwords
 from kitt_stt.observability.logbuffer import session_id as session_context
 from kitt_stt.observability.trace import Track
 from kitt_stt.pipeline.admission import Admission
-from kitt_stt.pipeline.eot import EotPolicy, HoldRule, SilenceTimeoutPolicy, TurnSensePolicy
-from kitt_stt.pipeline.rate_limit import AudioRateLimiter, MessagePacer, TokenBucket
-from kitt_stt.pipeline.seat import SeatObservers, SeatPipeline
-from kitt_stt.pipeline.settings import SessionSettings, auto_languages, checked_languages
+from kitt_stt.pipeline.rate_limit import MessagePacer, TokenBucket
+from kitt_stt.pipeline.seat import SeatPipeline
 from kitt_stt.protocol.codec import decode_client_frame, encode_server_frame
 from kitt_stt.protocol.errors import ErrorCode, ProtocolError
 from kitt_stt.protocol.frames import (
@@ -54,14 +53,13 @@ from kitt_stt.protocol.frames import (
     VadFrame,
 )
 from kitt_stt.quote import quoted
-from kitt_stt.server.audio_checks import SAMPLE_RATE, checked_pcm_bytes
+from kitt_stt.server.audio_checks import SAMPLE_RATE
 from kitt_stt.server.failures import flush_all, log_task_failure
-from kitt_stt.server.hotword_changes import HotwordChanges
 from kitt_stt.server.outbox import Outbox, OutboxLimits, Outgoing, Overflow
-from kitt_stt.server.stage_updates import updated_stage
+from kitt_stt.server.seats import Seats
+from kitt_stt.server.session_updates import SessionUpdates
 from kitt_stt.server.state import ServiceState
 from kitt_stt.server.ws_transport import reset_unread
-from kitt_stt.text import TextStage
 
 log = logging.getLogger(__name__)
 
@@ -76,15 +74,7 @@ class Connection:
         self._ws = websocket
         self._state = state
         self._config = state.config
-        asr = self._config.asr
-        self._settings = SessionSettings(
-            language=asr.language, use_itn=asr.use_itn, interim=self._config.interim.enabled,
-            hotwords=parse_hotwords(asr.hotwords), eager=self._config.turn.eager_events,
-            stage=TextStage(self._config.text, self._config.wake), switch_margin=asr.language_switch_margin,
-            languages=auto_languages(asr.auto_languages, state.engine.info.languages),
-        )
-        self._seats: dict[str, SeatPipeline] = {}
-        self._limiters: dict[str, AudioRateLimiter] = {}
+        self._updates = SessionUpdates(self._config, state.engine, self.session_id)
         server = self._config.server
         self._outbox = Outbox(OutboxLimits(server.outbound_queue_frames, server.max_outbox_bytes, server.send_stall_s),
                               self._on_overflow)
@@ -95,11 +85,11 @@ class Connection:
         self._sender: asyncio.Task[None] | None = None
         self._reader: asyncio.Task[None] | None = None
         self._admission = Admission(self._config, state.scheduler, self)
+        self._seats = Seats(state, self.session_id, self._pid, self, lambda: self._updates.current, self.send,
+                            self._admission)
         self._pacer = MessagePacer(server.max_messages_per_s)
         self._byte_pacer = TokenBucket(server.max_read_bytes_per_s, server.max_read_bytes_per_s)  # bytes, likewise
         self._bytes_paid_at = 0.0
-        self._hotword_changes = HotwordChanges(server.hotword_changes, asr.hotwords, self._settings.decode_hotwords(),
-                                               biased=state.engine.info.hotwords)
         self._finished = asyncio.Event()
         self._closing = False  # the socket is going away: stop reading
         self._draining = False  # seats are being flushed: read and discard
@@ -150,7 +140,7 @@ class Connection:
                        {"session": self.session_id, "seat": item.seat, "type": item.kind})
 
     def _seat_track(self, seat: str | None) -> Track:
-        pipeline = self._seats.get(seat) if seat else None
+        pipeline = self._seats.find(seat)
         return pipeline.track if pipeline is not None else self._track
 
     def _error(self, error: ProtocolError) -> None:
@@ -261,7 +251,7 @@ class Connection:
 
     async def _flush_and_close(self, reason: EndReason, code: int, farewell: ErrorFrame | None) -> None:
         """Flush every seat, send ``farewell`` (after the finals and commits it must not hide), close."""
-        await self._flush_seats(self._seats.values(), reason)
+        await self._flush_seats(self._seats, reason)
         if farewell is not None:
             self.send(farewell)
         await self._close_socket(code)
@@ -300,10 +290,7 @@ class Connection:
         """Whatever ended the session: cancel its decodes and free every buffer it held."""
         self._closing = True
         self._state.scheduler.cancel_owner(self)
-        for seat in self._seats.values():
-            seat.close()
-        self._seats.clear()
-        self._limiters.clear()
+        self._seats.close()
         if self._tracer:
             self._tracer.forget_process(self._pid)
         if not self._finished.is_set():
@@ -315,7 +302,7 @@ class Connection:
     @property
     def buffered_bytes(self) -> int:
         """Audio held by this session's seats plus encoded frames waiting for the socket."""
-        return sum(seat.buffered_bytes for seat in self._seats.values()) + self._outbox.bytes
+        return sum(seat.buffered_bytes for seat in self._seats) + self._outbox.bytes
 
     @property
     def seat_count(self) -> int:
@@ -325,118 +312,30 @@ class Connection:
 
     def _dispatch(self, frame: ClientFrame) -> None:
         if isinstance(frame, AudioFrame):
-            self._on_audio(frame)
+            self._seats.on_audio(frame)
         elif isinstance(frame, VadFrame):
-            self._seat(frame.seat).client_vad(frame.event)
+            self._seats.get(frame.seat).client_vad(frame.event)
         elif isinstance(frame, FinalizeFrame):
             self._on_finalize(frame)
         elif isinstance(frame, PingFrame):
             self.send(PongFrame(id=frame.id))
 
     async def _on_settings(self, frame: StartFrame | ConfigureFrame) -> None:
-        given = self._hotword_changes.given(frame.hotwords)
-        settings = self._updated_settings(frame.language, frame.interim, given, frame.eager)
-        if frame.wake is not None or frame.text is not None:
-            settings = settings.updated(stage=updated_stage(self._settings.stage, frame.wake, frame.text))
-        if frame.languages is not None:
-            settings = settings.updated(languages=checked_languages(frame.languages, self._state.engine.info.languages))
-        decoding = settings.decode_hotwords()  # wake phrases are hotwords too: charged once the frame is applied
-        if self._hotword_changes.charge(decoding) and decoding:
-            await self._prepare_hotwords(decoding)
-        self._settings = settings
-        self._hotword_changes.applied(given, decoding)
+        await self._updates.apply(frame)
         if isinstance(frame, StartFrame):
             if frame.client:
                 log.info("session %s: client %s", self.session_id, quoted(frame.client))
             for seat in frame.seats or []:
-                self._seat(seat)
-
-    async def _prepare_hotwords(self, hotwords: tuple[Hotword, ...]) -> None:
-        """Build the hotword biasing structure now, on a thread: a decode worker must not pay
-        for it, and the event loop must not block on it."""
-        try:
-            await asyncio.to_thread(self._state.engine.prepare_hotwords, hotwords)
-        except Exception as exc:
-            log.exception("session %s: preparing hotwords failed", self.session_id)
-            raise ProtocolError(ErrorCode.BAD_FIELD, f"hotwords could not be prepared: {quoted(str(exc))}") from None
-
-    def _updated_settings(self, language: str | None, interim: bool | None,
-                          hotwords: list[str] | None, eager: bool | None) -> SessionSettings:
-        languages = self._state.engine.info.languages
-        if language is not None and language not in languages:
-            raise ProtocolError(ErrorCode.BAD_FIELD,
-                                f"language {quoted(language)} is not supported by this model; "
-                                f"use one of {', '.join(languages)}")
-        parsed = None
-        if hotwords and not self._state.engine.info.hotwords:
-            log.info("session %s: hotwords accepted but not applied (the %s engine cannot bias decoding)",
-                     self.session_id, self._state.engine.info.kind)
-        if hotwords is not None:
-            try:
-                parsed = parse_hotwords(hotwords)
-            except ValueError as exc:
-                raise ProtocolError(ErrorCode.BAD_FIELD, f"hotwords: {exc}") from None
-        return self._settings.updated(language=language, interim=interim, hotwords=parsed, eager=eager)
+                self._seats.get(seat)
 
     def _on_finalize(self, frame: FinalizeFrame) -> None:
         if frame.seat is None:
-            seats = list(self._seats.values())
+            seats = list(self._seats)
         else:
-            seats = [self._seats[frame.seat]] if frame.seat in self._seats else []
+            found = self._seats.find(frame.seat)
+            seats = [found] if found is not None else []
         for seat in seats:
             task = seat.flush(EndReason.FINALIZE)
             if task is not None:
                 task.add_done_callback(partial(log_task_failure,
                                                what=f"session {self.session_id} seat {seat.seat}: finalize"))
-
-    def _on_audio(self, frame: AudioFrame) -> None:
-        size = checked_pcm_bytes(frame, self._config.server.max_frame_ms)
-        seat = self._seat(frame.seat)
-        if frame.seq is not None:
-            if seat.last_seq is not None and frame.seq <= seat.last_seq:
-                raise ProtocolError(ErrorCode.BAD_FIELD,
-                                    f"seq {frame.seq} is not greater than the previous {seat.last_seq}; "
-                                    "frame dropped as a duplicate", frame.seat)
-            seat.last_seq = frame.seq
-        if size == 0:
-            return
-        limiter = self._limiters[frame.seat]
-        if not limiter.allow(size / 32.0):
-            if limiter.should_complain():
-                self._error(ProtocolError(ErrorCode.RATE_LIMITED,
-                                          "audio is arriving faster than the allowed rate; frames are being dropped",
-                                          frame.seat))
-            seat.skip_audio(size // 2)
-            return
-        self._metrics.audio_seconds.inc(size / 32000.0)
-        seat.push_audio(np.frombuffer(frame.pcm, dtype="<i2"))
-
-    def _policy(self) -> EotPolicy:
-        turn = self._config.turn
-        hold = HoldRule.from_config(turn)
-        if self._state.turn_model is None:
-            return SilenceTimeoutPolicy(turn.wait_ms, hold)
-        return TurnSensePolicy(turn.threshold, turn.wait_ms, hold, turn.eager_threshold)
-
-    def _seat(self, name: str) -> SeatPipeline:
-        seat = self._seats.get(name)
-        if seat is not None:
-            return seat
-        limit = self._config.server.max_seats
-        if len(self._seats) >= limit:
-            raise ProtocolError(ErrorCode.TOO_MANY_SEATS,
-                                f"this connection already has {limit} seats; seat {quoted(name)} refused", name)
-        track = Track(self._pid, len(self._seats) + 1)
-        if self._tracer:
-            self._tracer.name_track(track, f"seat {name}")
-        seat = SeatPipeline(
-            seat=name, config=self._config, settings=lambda: self._settings,
-            scheduler=self._state.scheduler, policy=self._policy(), emit=self.send, owner=self,
-            turn_model=self._state.turn_model,
-            observe=SeatObservers(self._tracer, track, self.session_id, self._metrics),
-            admission=self._admission,
-        )
-        self._seats[name] = seat
-        self._limiters[name] = AudioRateLimiter(self._config.server.rate_limit)
-        return seat
-

@@ -31,7 +31,7 @@ from kitt_stt.audio.vad import (
 )
 from kitt_stt.config.schema import VadConfig
 from kitt_stt.hotwords import Hotword
-from kitt_stt.pipeline.turn import join_texts
+from kitt_stt.pipeline.text_join import join_texts
 from kitt_stt.scheduler import InferenceScheduler, Priority
 from kitt_stt.text import TextStage
 

@@ -13,7 +13,7 @@ builds nothing, so there a change costs nothing.
 
 from __future__ import annotations
 
-from kitt_stt.config.schema import HotwordChangeBudget
+from kitt_stt.config.server_config import HotwordChangeBudget
 from kitt_stt.hotwords import Hotword
 from kitt_stt.pipeline.rate_limit import TokenBucket
 from kitt_stt.protocol.errors import ErrorCode, ProtocolError

@@ -12,7 +12,7 @@ file pays once.
 
 from __future__ import annotations
 
-from kitt_stt.config.schema import HotwordChangeBudget
+from kitt_stt.config.server_config import HotwordChangeBudget
 from kitt_stt.hotwords import Hotword, parse_hotwords
 from kitt_stt.pipeline.rate_limit import TokenBucket
 from kitt_stt.server.openai_errors import ApiError

@@ -58,7 +58,7 @@ from kitt_stt.audio.vad import FRAME_MS, FRAME_SAMPLES, EndReason, SpeechAudio, 
 from kitt_stt.config.schema import AppConfig, AsrConfig, ModelsConfig  # noqa: E402
 from kitt_stt.models.registry import default_cache_dir  # noqa: E402
 from kitt_stt.pipeline.chunks import ChunkTracker, CutKind  # noqa: E402
-from kitt_stt.pipeline.turn import join_texts  # noqa: E402
+from kitt_stt.pipeline.text_join import join_texts  # noqa: E402
 from utils.performance.speech import espeak  # noqa: E402
 from utils.performance.text_distance import edit_distance, words  # noqa: E402
 

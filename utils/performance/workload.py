@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO))
 from kitt_stt.audio.wavfile import read_wav_16k_mono  # noqa: E402
 from kitt_stt.client.session import SttSession, connect  # noqa: E402
 from kitt_stt.models.tone_synth import ToneStyle, synthesize  # noqa: E402
-from kitt_stt.pipeline.turn import join_texts  # noqa: E402
+from kitt_stt.pipeline.text_join import join_texts  # noqa: E402
 from utils.performance.toolkit.stats import nearest_rank  # noqa: E402
 
 FRAME_MS = 20
