@@ -20,6 +20,7 @@ from utils.performance.toolkit.stats import nearest_rank
 REPO = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.serial  # checks the harness's own pacing (p95 <= 5 ms): a second worker's load breaks it
 def test_workload_self_check_against_a_real_server(server) -> None:
     result = subprocess.run(
         [sys.executable, str(REPO / "utils/performance/workload.py"), "--url", server.url, "--self-check"],

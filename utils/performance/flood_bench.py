@@ -70,7 +70,6 @@ DEFAULT_WAV = REPO / "tests/fixtures/speech/en_open_the_car_door_please.wav"
 TONE_PHRASE = "打开车门"
 
 
-
 # ----- configuration ------------------------------------------------------------------------------
 
 

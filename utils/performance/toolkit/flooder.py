@@ -31,7 +31,6 @@ def loudest_frame(samples: np.ndarray) -> bytes:
     return samples[best * (FRAME_BYTES // 2):(best + 1) * (FRAME_BYTES // 2)].astype("<i2").tobytes()
 
 
-
 @dataclass
 class FloodCounts:
     connections: int = 0
@@ -148,7 +147,6 @@ async def _report_flood(counts: FloodCounts, started: float) -> None:
         await asyncio.sleep(2.0)
         print(f"  flooder: {time.monotonic() - started:.0f} s, {counts.groups} groups sent, "
               f"{counts.received['final']} finals, errors {dict(counts.errors)}", file=sys.stderr, flush=True)
-
 
 
 def flood_summary(counts: FloodCounts) -> str:
