@@ -18,6 +18,9 @@ CONSOLE_LIB := $(CONSOLE)/node_modules/@msgpack/msgpack/dist.umd/msgpack.min.js
 # The browser tests' Chromium: Debian's (Playwright drives it; a driver's own browser download does
 # not work on these machines). Installed when missing, with a CJK font for the screenshots.
 CHROMIUM ?= /usr/bin/chromium
+# pytest-xdist workers for the 3.11+ pass (each starts its own session server on its own free port and
+# shares the model cache, whose installs are locked); PYTEST_WORKERS=0 runs it in one process.
+PYTEST_WORKERS ?= 2
 
 .PHONY: serve console test test-py310 lint typecheck unit clean locks
 
@@ -57,13 +60,15 @@ serve: $(STAMP)
 	  print("console: http://%s:%s/console/ (once the service is ready)" % (s["host"], s["port"]) if s["console"] else "console: off")'
 	$(VENV)/bin/kitt-stt serve --config config.yaml
 
-## Lint, type-check and run the whole test suite on Python 3.11+ and on 3.10 (real servers on loopback ports).
+## Lint, type-check and run the whole test suite on Python 3.11+, then the tests that can differ by
+## Python version (marker py310, docs/testing.md) on 3.10 (real servers on loopback ports).
 test: lint typecheck $(CONSOLE_LIB) $(CHROMIUM)
-	KITT_STT_TEST_MODEL_CACHE=$(TEST_MODELS) CHROMIUM=$(CHROMIUM) $(PY) -m pytest
+	KITT_STT_TEST_MODEL_CACHE=$(TEST_MODELS) CHROMIUM=$(CHROMIUM) $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not serial"
+	KITT_STT_TEST_MODEL_CACHE=$(TEST_MODELS) $(PY) -m pytest -m serial
 	$(MAKE) --no-print-directory test-py310
 
-test-py310: $(STAMP310) $(CONSOLE_LIB) $(CHROMIUM)
-	KITT_STT_TEST_MODEL_CACHE=$(TEST_MODELS) CHROMIUM=$(CHROMIUM) $(VENV310)/bin/python -m pytest
+test-py310: $(STAMP310)
+	KITT_STT_TEST_MODEL_CACHE=$(TEST_MODELS) $(VENV310)/bin/python -m pytest -m py310 -n $(PYTEST_WORKERS) --dist loadfile
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check kitt_stt tests utils

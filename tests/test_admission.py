@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pytest
+
 from kitt_stt.config.schema import AppConfig
 from kitt_stt.pipeline.admission import Admission
 from kitt_stt.protocol.errors import ErrorCode
+
+pytestmark = pytest.mark.py310  # also run on Python 3.10: see docs/testing.md
 
 
 @dataclass

@@ -12,6 +12,8 @@ import yaml
 from kitt_stt.config.loader import ConfigError, load_config
 from kitt_stt.config.schema import Provider
 
+pytestmark = pytest.mark.py310  # also run on Python 3.10: see docs/testing.md
+
 REPO = Path(__file__).resolve().parent.parent
 
 

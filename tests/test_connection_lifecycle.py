@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Sequence
 
 import msgpack
+import pytest
 
 from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult, EngineInfo
 from kitt_stt.audio.vad import EndReason
@@ -15,6 +16,8 @@ from kitt_stt.hotwords import Hotword
 from kitt_stt.server.app import create_app
 from kitt_stt.server.connection import Connection
 from kitt_stt.server.state import ServiceState
+
+pytestmark = pytest.mark.py310  # also run on Python 3.10: see docs/testing.md
 
 
 class RecordingEngine(AsrEngine):

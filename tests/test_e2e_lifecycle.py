@@ -15,6 +15,8 @@ import pytest
 from kitt_stt.client.session import connect
 from tests.helpers import commits, of_type, run_server, send_pcm, tone_pcm
 
+pytestmark = pytest.mark.py310  # also run on Python 3.10: see docs/testing.md
+
 
 def test_healthz_and_readyz(server) -> None:
     assert httpx.get(f"{server.http}/healthz").json() == {"status": "alive"}

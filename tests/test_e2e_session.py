@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from kitt_stt.client.session import connect
 from tests.helpers import (
     collect_until,
@@ -14,6 +16,8 @@ from tests.helpers import (
     silence,
     tone_pcm,
 )
+
+pytestmark = pytest.mark.py310  # also run on Python 3.10: see docs/testing.md
 
 
 def check_seat_ordering(frames: list[dict], seat: str) -> None:

@@ -21,8 +21,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from kitt_stt.client.session import SttSession, connect
 from tests.helpers import FRAME_BYTES, frames_of, run_server, silence, tone_pcm
+
+pytestmark = pytest.mark.py310  # also run on Python 3.10: see docs/testing.md
 
 GOLDEN = Path(__file__).parent / "fixtures" / "golden" / "multi_seat_tone.json"
 REALTIME = 0.5

@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+import pytest
+
 from kitt_stt.integrations.link import FRAME_BYTES, LinkOptions, Reframer, ReplayBuffer, backoff_delays
 from kitt_stt.integrations.turns import (
     Committed,
@@ -16,6 +18,8 @@ from kitt_stt.integrations.turns import (
     TurnStarted,
     TurnTracker,
 )
+
+pytestmark = pytest.mark.py310  # also run on Python 3.10: see docs/testing.md
 
 
 def test_reframer_cuts_any_chunking_into_20ms_frames() -> None:

@@ -92,6 +92,7 @@ def finals(events: list[lk_stt.SpeechEvent]) -> list[str]:
     return [event.alternatives[0].text for event in events if event.type is Kind.FINAL_TRANSCRIPT]
 
 
+@pytest.mark.py310  # the smoke path on Python 3.10: see docs/testing.md
 async def test_stream_yields_the_turn_event_sequence(server) -> None:
     events = await stream_events(STT(server.url, language="zh"), frames_48k_stereo(tone_pcm("打开车门", tail_ms=1200)),
                                  lambda evs: finals(evs))

@@ -20,6 +20,8 @@ from kitt_stt.models.tone_synth import TONE_PITCHES, ToneStyle, buzz, synthesize
 from tests.random_sense_voice import build_random_model
 from tests.test_tone_model import random_utterance
 
+pytestmark = pytest.mark.py310  # also run on Python 3.10: see docs/testing.md
+
 
 def pcm(audio: np.ndarray) -> np.ndarray:
     return (np.clip(audio, -1, 1) * 32767).astype(np.int16)

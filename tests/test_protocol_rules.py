@@ -18,6 +18,8 @@ from kitt_stt.protocol.codec import decode_client_frame, encode_server_frame
 from kitt_stt.protocol.errors import ErrorCode, ProtocolError
 from kitt_stt.protocol.frames import AudioFrame, PingFrame, PongFrame, StartFrame
 
+pytestmark = pytest.mark.py310  # also run on Python 3.10: see docs/testing.md
+
 
 def packed(frame: object) -> bytes:
     return msgpack.packb(frame, use_bin_type=True)

@@ -1,7 +1,7 @@
 """The project installs on Python 3.10 (JetPack 6's Python on the Jetson Orin), and this check
 can fail: the same install of a copy that asks for 3.11 is refused.
 
-(`make test` also runs the whole suite on 3.10 in `.venv310`; this test keeps the install
+(`make test` also runs the tests marked `py310` on 3.10 in `.venv310`; this test keeps the install
 question visible, and fails with a reason when no 3.10 is found.)"""
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult, EngineInfo
 from kitt_stt.scheduler import InferenceScheduler, Priority
 from tests.helpers import running
 
+pytestmark = pytest.mark.py310  # also run on Python 3.10: see docs/testing.md
+
 
 class GatedEngine(AsrEngine):
     """Records the order of decodes; each batch waits until the test opens the gate."""

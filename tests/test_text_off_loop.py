@@ -36,6 +36,8 @@ from kitt_stt.text.wake import WakeMode, WakeSettings
 from tests.engine_wrappers import NUMBER_WORDS, NumberWords
 from tests.helpers import collect_until, commits, of_type, run_server, running, send_pcm, tone_pcm
 
+pytestmark = pytest.mark.py310  # also run on Python 3.10: see docs/testing.md
+
 LONG, SHORT = NUMBER_WORDS["打开车门"], NUMBER_WORDS["关窗"]
 CONFIG: dict[str, Any] = {"asr": {"chunk_pause_ms": 0, "use_itn": False}, "vad": {"silence_ms": 300},
                           "interim": {"enabled": False}, "turn": {"model": None, "wait_ms": 800}}

@@ -12,6 +12,8 @@ from kitt_stt.asr.sense_voice_model import load_sense_voice_model
 from kitt_stt.models.tone_model import build_tone_model
 from kitt_stt.models.tone_synth import TONE_PITCHES, add_white_noise, buzz, synthesize
 
+pytestmark = pytest.mark.py310  # also run on Python 3.10: see docs/testing.md
+
 TOKENS = list(TONE_PITCHES)
 
 

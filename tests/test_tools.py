@@ -15,11 +15,12 @@ import numpy as np
 import pytest
 
 from utils.performance.memory_probe import MemoryProbe, read_sample, start_time
-from utils.performance.workload import nearest_rank
+from utils.performance.toolkit.stats import nearest_rank
 
 REPO = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.serial  # checks the harness's own pacing (p95 <= 5 ms): a second worker's load breaks it
 def test_workload_self_check_against_a_real_server(server) -> None:
     result = subprocess.run(
         [sys.executable, str(REPO / "utils/performance/workload.py"), "--url", server.url, "--self-check"],
@@ -63,11 +64,12 @@ def test_memory_probe_stops_when_the_process_is_gone_and_never_writes_zero() -> 
     assert (gone.rss_kb, gone.pss_kb, gone.uss_kb) == (None, None, None)
 
 
-# ----- flood_bench.py and soak.py --abuse: their pure parts (the runs themselves need minutes) -----
+# ----- flood_bench.py, soak.py --abuse and their toolkit: the pure parts (the runs need minutes) ---
 
 
 def test_flood_bench_arguments_and_server_config() -> None:
-    from utils.performance.flood_bench import parse_args, parse_set, server_overrides
+    from utils.performance.flood_bench import parse_args, server_overrides
+    from utils.performance.toolkit.server import parse_set
 
     args = parse_args([])
     assert (args.model, args.utterances, args.timeout_s, args.flood_seats, args.target_ratio) == (
@@ -86,7 +88,9 @@ def test_flood_bench_arguments_and_server_config() -> None:
 
 
 def test_flood_bench_victim_plan_and_final_matching() -> None:
-    from utils.performance.flood_bench import FRAME_BYTES, build_plan, loudest_frame, utterance_of
+    from tests.helpers import FRAME_BYTES
+    from utils.performance.toolkit.flooder import loudest_frame
+    from utils.performance.toolkit.victim import build_plan, utterance_of
 
     phrase = np.zeros(16 * 110, dtype=np.int16)  # 110 ms: 6 frames once padded
     phrase[16 * 60:16 * 80] = 8000
@@ -99,7 +103,8 @@ def test_flood_bench_victim_plan_and_final_matching() -> None:
 
 
 def test_flood_bench_phase_accounting_report_and_verdict() -> None:
-    from utils.performance.flood_bench import PhaseResult, UtteranceResult, phase_table, verdict
+    from utils.performance.flood_bench import phase_table, verdict
+    from utils.performance.toolkit.victim import PhaseResult, UtteranceResult
 
     def phase(name: str, latencies_ms: list[float | None], timeout_s: float = 1.0) -> PhaseResult:
         utterances = [UtteranceResult(i, sent_at=10.0, received_at=None if ms is None else 10.0 + ms / 1000,
@@ -121,7 +126,7 @@ def test_flood_bench_phase_accounting_report_and_verdict() -> None:
 
 def test_flood_messages_are_valid_frames_and_counts_round_trip() -> None:
     from kitt_stt.protocol.codec import decode_client_frame
-    from utils.performance.flood_bench import FloodCounts, flood_messages
+    from utils.performance.toolkit.flooder import FloodCounts, flood_messages
 
     groups = flood_messages(3, bytes(640))
     assert len(groups) == 3
@@ -136,7 +141,7 @@ def test_flood_messages_are_valid_frames_and_counts_round_trip() -> None:
 
 
 def test_metrics_parsing() -> None:
-    from utils.performance.flood_bench import labelled, metric, parse_metrics, queue_depth
+    from utils.performance.toolkit.prometheus import labelled, metric, parse_metrics, queue_depth
 
     text = ('# HELP kitt_live_sessions Open WebSocket sessions\n# TYPE kitt_live_sessions gauge\n'
             'kitt_live_sessions 2.0\nkitt_scheduler_queue_depth 7.0\nkitt_other_queue_depth{lane="a"} 1.0\n'
@@ -163,7 +168,7 @@ def test_soak_arguments_and_idle_timeout_only_when_asked() -> None:
 def test_soak_malformed_frames_are_what_they_claim() -> None:
     from kitt_stt.protocol.codec import decode_client_frame
     from kitt_stt.protocol.errors import ProtocolError
-    from utils.performance.soak import fuzz_messages
+    from utils.performance.toolkit.malformed import fuzz_messages
 
     messages = fuzz_messages(random.Random(3))
     kinds = {what for what, _, _ in messages}

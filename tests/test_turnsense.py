@@ -14,6 +14,8 @@ from kitt_stt.turnsense.features import log_mel
 from kitt_stt.turnsense.model import MODEL_FILE, TurnModelError, TurnSenseModel
 from tests.helpers import collect_until, commits, of_type, run_server, send_pcm, silence, tone_pcm
 
+pytestmark = pytest.mark.py310  # also run on Python 3.10: see docs/testing.md
+
 
 def reference_log_mel(samples: np.ndarray) -> np.ndarray:
     """Whisper's log-mel written straight from its definition, one frame and one filter at a time."""

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from kitt_stt.audio.vad import EndReason, SpeechAudio, SpeechEnded, SpeechStarted, VadSegmenter, VadState
 from kitt_stt.config.schema import VadConfig
 from tests.helpers import silence, tone_pcm
+
+pytestmark = pytest.mark.py310  # also run on Python 3.10: see docs/testing.md
 
 
 def run(segmenter: VadSegmenter, pcm: bytes) -> list:

@@ -21,6 +21,8 @@ from tests.conftest import installed
 from tests.helpers import tone_pcm
 from utils.performance import cabin_noise
 
+pytestmark = pytest.mark.py310  # also run on Python 3.10: see docs/testing.md
+
 SPEECH = Path(__file__).parent / "fixtures" / "speech"
 #: a human speaker (CMU Sphinx test data) and two espeak-ng sentences (tests/fixtures/speech/NOTICE)
 CLIPS = ["en_go_forward_ten_meters.wav", "en_open_the_car_door_please.wav", "en_turn_on_the_air_conditioning.wav"]

@@ -163,6 +163,7 @@ def test_broken_whisper_directory_is_refused_before_sherpa_sees_it(converted_dir
         load_whisper_model(broken)
 
 
+@pytest.mark.py310  # the smoke path on Python 3.10: see docs/testing.md
 def test_whisper_configurations_that_cannot_run_are_refused(whisper_dir: Path) -> None:
     from kitt_stt.asr.factory import build_engine
 
@@ -202,6 +203,7 @@ async def _final_text(url: str, samples: np.ndarray, language: str, **settings: 
     return " ".join(frame["text"] for frame in of_type(frames, "final")), frames
 
 
+@pytest.mark.py310  # the smoke path on Python 3.10: see docs/testing.md
 @pytest.mark.timeout(300)
 def test_real_speech_end_to_end(tmp_path: Path, model_cache: Path, whisper_dir: Path) -> None:
     """espeak-ng English and Mandarin through VAD, scheduler and Whisper in a real server."""

@@ -29,7 +29,8 @@ sys.path.insert(0, str(REPO))
 
 from utils.gpu import record  # noqa: E402
 from utils.gpu.server import memory, run_config, serve  # noqa: E402
-from utils.performance.workload import Row, nearest_rank, run_workload  # noqa: E402
+from utils.performance.toolkit.stats import nearest_rank  # noqa: E402
+from utils.performance.workload import Row, run_workload  # noqa: E402
 
 PHRASE = "打开车门"
 PAUSE_MS = 150  # < vad.silence_ms (200) of config.yaml, > asr.chunk_pause_ms (100)

@@ -45,7 +45,7 @@ from kitt_stt.models.registry import resolve_model  # noqa: E402
 from kitt_stt.models.tone_synth import ToneStyle, synthesize  # noqa: E402
 from utils.performance import cabin_noise  # noqa: E402
 from utils.performance.speech import espeak, to_16k, trim_silence  # noqa: E402
-from utils.performance.workload import nearest_rank  # noqa: E402
+from utils.performance.toolkit.stats import nearest_rank  # noqa: E402
 
 SPEECH_DIR = REPO / "tests" / "fixtures" / "speech"
 ALSA_DIR = Path("/usr/share/sounds/alsa")  # alsa-utils: channel names spoken by a person

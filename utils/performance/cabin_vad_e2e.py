@@ -25,7 +25,8 @@ from tests.helpers import frames_of, run_server
 from utils.performance import cabin_noise
 from utils.performance.speech import to_16k, trim_silence
 from utils.performance.text_distance import edit_distance, words
-from utils.performance.workload import nearest_rank
+from utils.performance.toolkit.stats import nearest_rank
+from utils.performance.toolkit.tables import markdown_table
 
 REPO = Path(__file__).resolve().parents[2]
 CONDITIONS: list[tuple[str, float | None]] = [("clean", None), ("brown", 10.0), ("brown", 5.0), ("engine", 10.0),
@@ -86,10 +87,8 @@ async def _stream(url: str, speech: np.ndarray, noise: str, snr: float | None, l
 def _table(title: str, rows: dict[str, dict[str, str]]) -> None:
     columns = [f"{noise} {'' if snr is None else f'{snr:.0f} dB'}".strip() for noise, snr in CONDITIONS]
     print(f"\n## {title}")
-    print("| setting | " + " | ".join(columns) + " |")
-    print("|---|" + "---|" * len(columns))
-    for setting, cells in rows.items():
-        print(f"| {setting} | " + " | ".join(cells.get(column, "-") for column in columns) + " |")
+    lines = [[setting, *(cells.get(column, "-") for column in columns)] for setting, cells in rows.items()]
+    print(markdown_table(["setting", *columns], lines))
 
 
 def _cell(outcomes: list[tuple[bool, float | None, int]]) -> str:

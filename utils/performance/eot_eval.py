@@ -46,7 +46,7 @@ from kitt_stt.client.session import SttSession, connect  # noqa: E402
 from kitt_stt.config.schema import AppConfig  # noqa: E402
 from tests.helpers import FRAME_BYTES, deep_merge, run_server, send_pcm  # noqa: E402
 from utils.performance.speech import espeak, to_16k, trim_silence  # noqa: E402
-from utils.performance.workload import nearest_rank  # noqa: E402
+from utils.performance.toolkit.stats import nearest_rank  # noqa: E402
 
 ENGLISH = [
     ("open the car door please", "open the car door and"),

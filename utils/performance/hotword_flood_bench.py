@@ -51,8 +51,9 @@ from kitt_stt.client.session import connect  # noqa: E402
 from kitt_stt.hotwords import MAX_HOTWORD_CHARS, MAX_HOTWORDS, Hotword  # noqa: E402
 from tests.helpers import run_server  # noqa: E402
 from tests.test_hardening_units import reference_tokenize  # noqa: E402
-from utils.performance.flood_bench import parse_set  # noqa: E402
-from utils.performance.workload import nearest_rank  # noqa: E402
+from utils.performance.toolkit.server import parse_set  # noqa: E402
+from utils.performance.toolkit.stats import nearest_rank  # noqa: E402
+from utils.performance.toolkit.tables import markdown_table  # noqa: E402
 
 PING_EVERY_S = 0.02
 TONE_CHARACTERS = "打开关车门窗ABCDEF"  # every one a token of the tone model
@@ -210,12 +211,13 @@ def main(argv: list[str] | None = None) -> int:
     idle_p99 = stats(rows[0][1])[1]
     print(f"\nbystander ping every {PING_EVERY_S * 1000:.0f} ms for {args.seconds:g} s per phase; flooder: configures "
           f"of {MAX_HOTWORDS} x {MAX_HOTWORD_CHARS}-character hotwords as fast as the server reads\n")
-    print("| phase | pings | p50 (ms) | p99 (ms) | max (ms) | p99 / idle p99 | flooder's configures |")
-    print("|---|---|---|---|---|---|---|")
+    cells = []
     for name, rtts, counts in rows:
         p50, p99, top = stats(rtts)
         flood_text = "-" if counts is None else f"{counts['sent']} sent; answers {counts['answers']}"
-        print(f"| {name} | {len(rtts)} | {p50:.2f} | {p99:.2f} | {top:.1f} | {p99 / idle_p99:.2f} | {flood_text} |")
+        cells.append([name, len(rtts), f"{p50:.2f}", f"{p99:.2f}", f"{top:.1f}", f"{p99 / idle_p99:.2f}", flood_text])
+    print(markdown_table(["phase", "pings", "p50 (ms)", "p99 (ms)", "max (ms)", "p99 / idle p99",
+                          "flooder's configures"], cells))
     print(f"\none worst-case list ({MAX_HOTWORDS} x {MAX_HOTWORD_CHARS} characters, tone vocabulary), median of 3: "
           f"old tokeniser {old_ms:.0f} ms, vocabulary walk {new_ms:.0f} ms ({old_ms / new_ms:.1f}x)")
     ratio = stats(rows[1][1])[1] / idle_p99

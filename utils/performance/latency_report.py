@@ -46,7 +46,8 @@ from kitt_stt.models.tone_synth import ToneStyle, synthesize  # noqa: E402
 from tests.helpers import run_server  # noqa: E402
 from utils.performance.speech import trim_silence  # noqa: E402
 from utils.performance.text_distance import edit_distance, words  # noqa: E402
-from utils.performance.workload import nearest_rank, run_plan, split_seats  # noqa: E402
+from utils.performance.toolkit.stats import nearest_rank  # noqa: E402
+from utils.performance.workload import run_plan, split_seats  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 #: server.max_seats of both servers: a larger --seats is spread over several connections.

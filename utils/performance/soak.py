@@ -15,7 +15,7 @@ checks that the server still serves everyone (issue 11):
     unknown types, wrong field types, oversized or ragged pcm, text messages, huge seat names,
     control characters, a duplicate ``seq``), then the same normal exchange, which must still work;
 (c) a ``--flood-s`` flood on 8 seats (``vad start`` / 20 ms audio / ``vad stop`` / ``finalize`` as
-    fast as possible, as ``flood_bench.py`` does), then the transport dropped without ``close``;
+    fast as possible, as ``flood_bench.py`` does: ``toolkit/flooder.py``), then the transport dropped without ``close``;
 (d) a connection that opens and goes silent: closed by the client after 0.5 s or, with
     ``--idle-timeout-s`` (passed to the server as ``server.idle_timeout_s``; without it the
     server's own setting applies, so an older server that lacks the key still starts), left
@@ -40,7 +40,6 @@ import os
 import random
 import statistics
 import sys
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -48,7 +47,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import msgpack
 import numpy as np
 import websockets
 
@@ -57,9 +55,12 @@ sys.path.insert(0, str(REPO))
 
 from kitt_stt.audio.wavfile import read_wav_16k_mono  # noqa: E402
 from kitt_stt.client.session import SttSession, connect, decode  # noqa: E402
-from tests.helpers import run_server, send_pcm, tone_pcm  # noqa: E402
-from utils.performance.flood_bench import FloodCounts, flood, flood_summary, loudest_frame, metric, parse_metrics  # noqa: E402
+from tests.helpers import send_pcm, tone_pcm  # noqa: E402
 from utils.performance.memory_probe import MemoryProbe  # noqa: E402
+from utils.performance.toolkit.flooder import FloodCounts, flood, flood_summary, loudest_frame  # noqa: E402
+from utils.performance.toolkit.malformed import fuzz_messages  # noqa: E402
+from utils.performance.toolkit.prometheus import metric, parse_metrics  # noqa: E402
+from utils.performance.toolkit.server import bench_server  # noqa: E402
 
 IDLE_S = 3.0
 SEATS = ("driver", "passenger")
@@ -197,58 +198,6 @@ async def normal_session(url: str, pcm: bytes, ledger: Ledger, timeout_s: float)
     except (OSError, TimeoutError, websockets.WebSocketException) as exc:
         ledger.note(f"normal session failed: {type(exc).__name__}: {exc}")
     ledger.account(frames, SEATS, "normal")
-
-
-def fuzz_messages(rng: random.Random) -> list[tuple[str, bytes | str, str | None]]:
-    """Malformed (and a few odd but valid) messages: ``(what, message, code it must be answered
-    with, or None where the protocol does not say or the frame is valid)``.
-
-    Each stays under ``server.max_message_bytes``: a bigger one is refused by the WebSocket layer
-    with close 1009, which is documented and would end the connection this check keeps using."""
-
-    def pack(value: object) -> bytes:
-        return msgpack.packb(value, use_bin_type=True)
-
-    silence = bytes(640)
-    garbage = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 300)))
-    return [
-        ("random bytes", b"\xc1" + garbage, "bad_frame"),  # 0xc1 is never valid msgpack
-        ("empty message", b"", "bad_frame"),
-        ("truncated msgpack", pack({"type": "audio", "pcm": silence})[:-100], "bad_frame"),
-        ("msgpack list", pack([1, 2, 3]), "bad_frame"),
-        ("msgpack string", pack("audio"), "bad_frame"),
-        ("msgpack int", pack(rng.randrange(-(2**31), 2**31)), "bad_frame"),
-        ("msgpack nil", pack(None), "bad_frame"),
-        ("map without type", pack({"seat": "driver"}), "bad_frame"),
-        ("integer type", pack({"type": 7}), "bad_frame"),
-        ("unknown type", pack({"type": "explode"}), "bad_frame"),
-        ("type with a NUL", pack({"type": "audio\x00"}), "bad_frame"),
-        ("pcm as a string", pack({"type": "audio", "seat": "fuzz", "pcm": "00" * 320}), "bad_field"),
-        ("pcm missing", pack({"type": "audio", "seat": "fuzz"}), "bad_field"),
-        ("seq as a string", pack({"type": "audio", "seat": "fuzz", "seq": "1", "pcm": silence}), "bad_field"),
-        ("seq as a bool", pack({"type": "audio", "seat": "fuzz", "seq": True, "pcm": silence}), "bad_field"),
-        ("unknown vad event", pack({"type": "vad", "seat": "fuzz", "event": "maybe"}), "bad_field"),
-        ("vad event as int", pack({"type": "vad", "seat": "fuzz", "event": 1}), "bad_field"),
-        ("interim as a string", pack({"type": "start", "interim": "yes"}), "bad_field"),
-        ("hotwords as a string", pack({"type": "configure", "hotwords": "word"}), "bad_field"),
-        ("seat as an int", pack({"type": "finalize", "seat": 5}), "bad_field"),
-        ("pcm over max_frame_ms", pack({"type": "audio", "seat": "fuzz", "pcm": bytes(64_000)}), "bad_audio"),
-        ("pcm not whole 10 ms", pack({"type": "audio", "seat": "fuzz", "pcm": bytes(321)}), "bad_audio"),
-        ("8 kHz audio", pack({"type": "audio", "seat": "fuzz", "sample_rate": 8000, "pcm": silence}), "bad_audio"),
-        ("text message", "hello", "bad_frame"),
-        ("JSON as text", '{"type": "ping"}', "bad_frame"),
-        ("seat of 65 chars", pack({"type": "vad", "seat": "s" * 65, "event": "start"}), "bad_field"),
-        ("seat of 10000 CJK chars", pack({"type": "audio", "seat": "座" * 10_000, "pcm": silence}), "bad_field"),
-        ("seat over msgpack's string limit", pack({"type": "vad", "seat": "x" * 70_000, "event": "stop"}),
-         "bad_frame"),
-        ("seat with a NUL", pack({"type": "vad", "seat": "dri\x00ver", "event": "start"}), "bad_field"),
-        ("seat with an escape sequence", pack({"type": "finalize", "seat": "\x1b[2J"}), "bad_field"),
-        ("seat with a newline", pack({"type": "audio", "seat": "a\nb", "pcm": silence}), "bad_field"),
-        ("client id with controls", pack({"type": "start", "client": "car\x00\x07"}), None),
-        ("first frame of a seq pair", pack({"type": "audio", "seat": "fuzz-seq", "seq": 5, "pcm": silence}), None),
-        ("duplicate seq", pack({"type": "audio", "seat": "fuzz-seq", "seq": 5, "pcm": silence}), "bad_field"),
-        ("ping with a map id", pack({"type": "ping", "id": {"nested": [1, 2, None]}}), None),
-    ]
 
 
 async def fuzz_session(url: str, pcm: bytes, rng: random.Random, ledger: Ledger, timeout_s: float) -> None:
@@ -398,14 +347,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from kitt_stt.models.registry import default_cache_dir
-
     # SOAK_TURN_MODEL= (empty) runs without the end-of-turn model
     overrides = server_overrides(args.model, os.environ.get("SOAK_TURN_MODEL", "turnsense"), args.idle_timeout_s)
     pcm = read_wav_16k_mono(args.wav).tobytes() if args.wav else tone_pcm("打开车门", tail_ms=0)
     ledger = Ledger()
-    with tempfile.TemporaryDirectory(prefix="soak-") as tmp, \
-            run_server(Path(tmp), default_cache_dir(), overrides) as server:
+    with bench_server(overrides, "soak-") as server:
         probe = MemoryProbe(server.process.pid).start()
         try:
             leftovers = asyncio.run(soak(server.url, server.http, probe, args, pcm, ledger))

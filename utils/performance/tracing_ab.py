@@ -24,7 +24,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from tests.helpers import run_server  # noqa: E402
-from utils.performance.workload import nearest_rank, run_workload  # noqa: E402
+from utils.performance.toolkit.stats import nearest_rank  # noqa: E402
+from utils.performance.workload import run_workload  # noqa: E402
 
 TOKEN = "tracing-ab"
 

@@ -39,6 +39,7 @@ from kitt_stt.audio.wavfile import read_wav_16k_mono  # noqa: E402
 from kitt_stt.client.session import SttSession, connect  # noqa: E402
 from kitt_stt.models.tone_synth import ToneStyle, synthesize  # noqa: E402
 from kitt_stt.pipeline.text_join import join_texts  # noqa: E402
+from utils.performance.toolkit.stats import nearest_rank  # noqa: E402
 
 FRAME_MS = 20
 FRAME_BYTES = 640
@@ -67,15 +68,6 @@ class Row:
     pacing_error_ms_max: float = 0.0
     foreign_frames: int = 0
     checks: dict[str, bool] = field(default_factory=dict)
-
-
-def nearest_rank(values: list[float], percentile: float) -> float | None:
-    """Percentile by nearest rank: the smallest value with at least p % of values <= it."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(1, math.ceil(percentile / 100.0 * len(ordered)))
-    return ordered[rank - 1]
 
 
 def build_utterance(length_s: float, phrase: str | None, wav: Path | None, pause_ms: int) -> tuple[bytes, str | None]:
