@@ -16,6 +16,9 @@ from kitt_stt.asr.words import TimedToken, TimedWord, overall_confidence, words_
 from kitt_stt.config.schema import AsrConfig
 from kitt_stt.hotwords import parse_hotwords
 from kitt_stt.models.tone_synth import ToneStyle, synthesize
+from kitt_stt.pipeline.final_words import final_words
+from kitt_stt.text import TextSettings, TextStage, WakeSettings
+from kitt_stt.text import load as load_text_stage
 
 FRAME_MS = 60
 
@@ -150,3 +153,27 @@ def test_beam_search_and_greedy_give_the_same_runs_on_a_clear_path() -> None:
     beam_result = beam_search(logits, len(path), 4, HotwordTrie([]))
     assert beam_result.token_ids == greedy_result.token_ids and beam_result.frames == greedy_result.frames
     assert token_runs(logits, len(path), beam_result) == [(1, 2), (4, 4), (7, 9)]
+
+
+def test_the_wake_phrases_words_are_counted_before_itn_rewrites_the_command() -> None:
+    """Review finding: the wake's words were counted as what the sent text lacks, so when ITN
+    shortened the command ("twenty" -> "20") command words were dropped as the wake's, and in
+    Mandarin every sent word took its neighbour's time."""
+    load_text_stage()
+    english = TextStage(TextSettings(), WakeSettings(phrases=("hey kitt",), mode="detect"))
+    raw = "hey kitt set the temperature to twenty degrees"
+    staged = english.final(raw, "en")
+    assert staged.text == "set the temperature to 20 degrees"
+    words = [TimedWord(word, index * 300, index * 300 + 200, 0.9 if index > 1 else 0.4)
+             for index, word in enumerate(raw.split())]
+    placed = final_words(words, staged)
+    assert [word.text for word in placed.words] == ["set", "the", "temperature", "to", "twenty", "degrees"]
+    assert placed.wake_confidence == 0.4  # the wake's own words, not "set the"
+
+    mandarin = TextStage(TextSettings(), WakeSettings(phrases=("你好小明",), mode="detect"))
+    raw = "你好小明调到二十六度"
+    staged = mandarin.final(raw, "zh")
+    assert staged.text == "调到26度"
+    words = [TimedWord(char, index * 100, index * 100 + 80, 0.9) for index, char in enumerate(raw)]
+    sent = final_words(words, staged).words
+    assert [(word.text, word.start_ms) for word in sent[:2]] == [("调", 400), ("到", 500)]

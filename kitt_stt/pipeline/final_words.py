@@ -3,10 +3,11 @@
 A segment is decoded in pieces (closed chunks, then the tail), each from its own first sample, so
 each piece's words are moved by where that piece starts in the segment, and the segment by where
 its buffer (pre-roll included) starts on the seat's clock. The text stage then rewrites the text
-(script conversion) and takes the wake phrase off its front; the words follow: their characters
-are taken from the staged text when it has as many as the words (a character-for-character
-conversion), and the words that spelled the wake phrase are left out as it is left out of
-``final.text``. Their confidence still counts for the segment's, and is the wake's own.
+(script conversion, ITN) and takes the wake phrase off its front; the words follow: their
+characters are taken from the staged text when ITN left it alone and it has as many as the words
+(a character-for-character conversion), and the words that spelled the wake phrase (counted
+before ITN) are left out as it is left out of ``final.text``. Their confidence still counts for
+the segment's, and is the wake's own.
 """
 
 from __future__ import annotations
@@ -58,14 +59,15 @@ def _chars(text: str) -> list[str]:
 
 def final_words(words: Sequence[TimedWord], staged: StagedText) -> FinalWords:
     """``words`` (as recognised, in order) matched to ``staged`` (the final as it will be sent):
-    the wake match took the characters in front of ``staged.text`` (the phrase and the punctuation
-    after it, which belongs to its last word), so the words holding them are the wake's."""
+    the wake match took ``staged.wake_chars`` characters off the front (the phrase and the
+    punctuation after it, which belongs to its last word), so the words holding them are the
+    wake's. The rest take their characters from the sent text only where that is a one-for-one
+    rewrite (script conversion); where ITN rewrote it they stay as the engine wrote them."""
     confidence = overall_confidence(words)
     sent_chars = _chars(staged.text)
-    total = sum(len(_chars(word.text)) for word in words)
-    wake_count = _words_covering(words, total - len(sent_chars)) if staged.wake is not None else 0
+    wake_count = _words_covering(words, staged.wake_chars) if staged.wake is not None else 0
     wake_words, sent = list(words[:wake_count]), list(words[wake_count:])
-    if sum(len(_chars(word.text)) for word in sent) == len(sent_chars):
+    if not staged.itn_changed and sum(len(_chars(word.text)) for word in sent) == len(sent_chars):
         sent = _rewritten(sent, sent_chars)
     wake_confidence = min((word.confidence for word in wake_words), default=None)
     return FinalWords(tuple(sent), confidence, wake_confidence)

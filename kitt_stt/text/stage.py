@@ -37,10 +37,18 @@ class TextSettings(BaseModel):
 @dataclass(frozen=True)
 class StagedText:
     """A text ready to send: ``text`` without the wake phrase, and the wake phrase found, if any
-    (``wake.rest`` is ``text``)."""
+    (``wake.rest`` is ``text``).
+
+    What a final's words need to follow the text (``pipeline/final_words.py``): ``wake_chars``, how
+    many non-space characters of the recognised text the wake match took off its front (counted
+    before ITN, which rewrites what follows), and ``itn_changed``, whether ITN rewrote the rest (then
+    the words cannot take their characters from ``text`` one for one).
+    """
 
     text: str
     wake: WakeMatch | None = None
+    wake_chars: int = 0
+    itn_changed: bool = False
 
 
 @dataclass(frozen=True)
@@ -114,9 +122,11 @@ class TextStage:
     def _after_itn(self, before: _BeforeItn, written: str) -> StagedText:
         script, staged = before.script, before.staged
         result = self._convert(written, script)
+        changed = written != staged.text
         if staged.wake is None:
-            return StagedText(result)
-        return StagedText(result, replace(staged.wake, heard=self._convert(staged.wake.heard, script), rest=result))
+            return StagedText(result, itn_changed=changed)
+        return StagedText(result, replace(staged.wake, heard=self._convert(staged.wake.heard, script), rest=result),
+                          wake_chars=staged.wake_chars, itn_changed=changed)
 
     def _script(self, language: TextLanguage | None) -> ScriptMode:
         return self.text_settings.script if language is TextLanguage.ZH else ScriptMode.AS_IS
@@ -127,7 +137,9 @@ class TextStage:
 
     def _wake(self, text: str) -> StagedText:
         match = None if self._detector is None else self._detector.detect(text)
-        return StagedText(text) if match is None else StagedText(match.rest, match)
+        if match is None:
+            return StagedText(text)
+        return StagedText(match.rest, match, wake_chars=_visible(text) - _visible(match.rest))
 
 
 def load(itn_worker: bool = False) -> None:
@@ -142,3 +154,8 @@ def load(itn_worker: bool = False) -> None:
         shared_worker().start()
     else:
         WetextNormalizer.load()
+
+
+def _visible(text: str) -> int:
+    """Characters that are not spaces: what a final's words are counted in."""
+    return sum(not char.isspace() for char in text)
