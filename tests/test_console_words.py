@@ -73,3 +73,18 @@ def test_an_unsure_word_is_underlined_and_latin_words_keep_their_spaces(page: Pa
     # markup shown as text; a space between Latin words, none next to Han (the joining rule)
     assert page.inner_text(text) == "打开车门open <b>it</b>"
     assert page.locator(f"{text} b").count() == 0
+
+
+def test_a_final_the_text_stage_rewrote_keeps_its_text_and_shows_the_words_beside_it(page: Page) -> None:  # noqa: F811
+    """Review finding: the words replaced the final's text, so after ITN the page showed
+    "二十六度" where the final said "26度"."""
+    page.fill("#token", TOKEN)
+    page.click("#connect")
+    status_is(page, "connected")
+    receive(page, {"type": "speech_start", "seat": "driver", "segment_id": 1, "audio_ms": 0})
+    receive(page, {**final_frame(1, "调到26度"), "confidence": 0.9, "words": [
+        {"text": char, "start_ms": index * 60, "end_ms": index * 60 + 60, "confidence": 0.9}
+        for index, char in enumerate("调到二十六度")]})
+    text = '.seat[data-seat="driver"] .segment.final .text'
+    assert page.inner_text(text).startswith("调到26度")
+    assert page.locator(f"{text} .words.as-recognised .word").all_inner_texts() == list("调到二十六度")

@@ -99,7 +99,16 @@ export class LiveView {
     const text = segment.el.querySelector(".text");
     text.textContent = frame.text || nothing;
     if (Array.isArray(frame.words) && frame.words.length > 0) {
-      text.replaceChildren(wordLine(frame.words));
+      // the words stand for the text only where they spell it; where the text stage rewrote the
+      // final (ITN: "二十六度" -> "26度") the text stays and the words follow it, as recognised
+      const line = wordLine(frame.words);
+      if (spelled(frame.words) === frame.text.replace(/\s+/g, "")) {
+        text.replaceChildren(line);
+      } else {
+        line.classList.add("as-recognised");
+        line.title = "the words as recognised (the text stage rewrote this final)";
+        text.append(" ", line);
+      }
       segment.words = placedWords(frame.words, (audioMs) => state.clock.wallAt(audioMs));
     }
     const timing = frame.timing || {};
@@ -294,6 +303,11 @@ function decisionText(decision) {
     parts.push(`${words(key)} ${typeof value === "string" ? value : JSON.stringify(value, printable)}`);
   }
   return parts.join(" · ");
+}
+
+/** The characters a final's words spell, without spaces. */
+function spelled(words) {
+  return words.map((word) => word.text).join("").replace(/\s+/g, "");
 }
 
 /** ``commit.metadata.wake`` in words. */
