@@ -1,4 +1,4 @@
-"""The console shows words (protocol 0.3): a WAV streamed with "word timings" on gets each word of
+"""The console shows words (protocol 0.4): a WAV streamed with "word timings" on gets each word of
 its final shaded by confidence and drawn on the turn's timeline; unsure words are underlined.
 Same real Chromium, server and page fixtures as ``tests/test_console_browser.py``."""
 

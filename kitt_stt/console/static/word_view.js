@@ -1,4 +1,4 @@
-// A final's words (protocol 0.3, ``words: true``): each word shaded by its confidence, the unsure
+// A final's words (protocol 0.4, ``words: true``): each word shaded by its confidence, the unsure
 // ones underlined, its times and confidence in its tooltip; and their places on the turn's timeline.
 // Server text only ever reaches the page through textContent.
 
