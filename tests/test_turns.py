@@ -394,3 +394,22 @@ async def test_a_decision_overtaken_by_speech_does_not_commit() -> None:
     h.tracker.segment_final(resumed, 2, "车门", 1400, time.perf_counter())
     commit = await h.next_commit()
     assert commit["text"] == "打开车门" and commit["segment_ids"] == [1, 2]
+
+
+async def test_a_failing_policy_still_waits_for_the_timeout_before_it_commits() -> None:
+    """Review finding: a policy that raised committed the turn at once, so a fault in the end-of-turn
+    decision cut the speaker off; it now commits where a late model would, at the timeout."""
+
+    class Broken(SilenceTimeoutPolicy):
+        async def decide(self, context):  # type: ignore[no-untyped-def]
+            raise RuntimeError("broken policy")
+
+    commits: list = []
+    tracker = TurnTracker("s", Broken(WAIT_MS), lambda frame: commits.append(frame.model_dump()),
+                          finals_done=lambda: None, max_duration_ms=60_000, fallback_wait_ms=WAIT_MS)
+    h = Harness(tracker, commits)
+    speak(h, 1, "打开车门", None)
+    await asyncio.sleep(WAIT_MS / 1000 / 2)
+    assert h.commits == []  # not at once
+    await asyncio.sleep(WAIT_MS / 1000)
+    assert [c["metadata"]["eot"]["decision"]["reason"] for c in h.commits] == ["timeout"]

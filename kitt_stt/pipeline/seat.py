@@ -71,7 +71,8 @@ class SeatPipeline:
         self._turns = TurnTracker(seat, policy, emit, finals_done=lambda: self._decoder.final_chain,
                                   max_duration_ms=config.turn.max_duration_ms,
                                   commit_empty=config.turn.commit_empty, eager=lambda: settings().eager,
-                                  look_for=lambda turn: self._predictor.look(turn))
+                                  look_for=lambda turn: self._predictor.look(turn),
+                                  fallback_wait_ms=config.turn.wait_ms)
         self._decoder = SegmentDecoder(seat, config, scheduler, owner, emit, self._turns, self._tasks,
                                        self._observe, admission)
         self._predictor = TurnPredictor(seat, turn_model, config.turn.context_ms, self._observe)

@@ -22,7 +22,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from kitt_stt.pipeline.eot import CommitReason, Decision, EotPolicy, TurnContext, TurnLook
+from kitt_stt.pipeline.eot import CommitReason, Decision, EotPolicy, TurnContext, TurnLook, sleep_until
 from kitt_stt.pipeline.turn import Turn
 from kitt_stt.protocol.frames import (
     CommitFrame,
@@ -48,8 +48,10 @@ class TurnTracker:
     def __init__(self, seat: str, policy: EotPolicy, emit: Callable[[ServerFrame], None],
                  finals_done: Callable[[], Awaitable[None] | None], max_duration_ms: int,
                  commit_empty: bool = False, eager: Callable[[], bool] = lambda: False,
-                 look_for: Callable[[Turn], TurnLook | None] = lambda turn: None) -> None:
+                 look_for: Callable[[Turn], TurnLook | None] = lambda turn: None,
+                 fallback_wait_ms: int = 0) -> None:
         self._seat = seat
+        self._fallback_wait_ms = fallback_wait_ms  # a policy that fails still waits this long (turn.wait_ms)
         self._look_for = look_for  # the turn's audio and a fresh prediction, for a policy's second looks
         self._eager = eager
         self._policy = policy
@@ -149,7 +151,10 @@ class TurnTracker:
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception("end-of-turn policy failed; committing on timeout")
+            # as a late model does: the turn commits on the timeout, not at once (a fault must not
+            # cut the speaker off), and speech resuming meanwhile still cancels this
+            log.exception("end-of-turn policy failed; committing on the timeout")
+            await sleep_until(context, self._fallback_wait_ms)
             decision = Decision(CommitReason.TIMEOUT, context.waited_ms())
         if not self._deciding(turn):
             return
