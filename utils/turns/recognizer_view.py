@@ -44,7 +44,7 @@ from kitt_stt.turn.features import feature_vector
 from kitt_stt.turn.prosody import Prosody
 from kitt_stt.turn.words import word_evidence
 
-PAD_FRAMES = 700  # as sherpa-onnx's tail_paddings in utils/turns/extract.py
+PAD_FRAMES = 700  # as sherpa-onnx's tail_paddings in utils/turns/extract.py, with its zeros
 MAX_TOKENS = 48  # a turn's transcript is a few words; a looping decode stops here
 FINAL_MARKS = set(".?!。？！")
 GOING_ON_MARKS = set(",，、;；:：-—…")
@@ -123,7 +123,9 @@ def _softmax(logits: np.ndarray) -> np.ndarray:
 class RecognizerView:
     """whisper-base's encoder and decoder on onnxruntime, one thread, for the view and its cost."""
 
-    def __init__(self, model_dir: Path, num_threads: int = 1) -> None:
+    def __init__(self, model_dir: Path, num_threads: int = 1, pad_frames: int = PAD_FRAMES,
+                 pad_as_whisper: bool = False) -> None:
+        self.pad_frames, self.pad_as_whisper = pad_frames, pad_as_whisper
         model = load_whisper_model(model_dir)
         metadata = read_model_header(model.encoder_path).metadata
         self._sot, self._eot = int(metadata["sot"]), int(metadata["eot"])
@@ -147,10 +149,13 @@ class RecognizerView:
         return [self._sot, self._language[lang], self._transcribe, self._no_timestamps]
 
     def encode(self, samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The cross-attention keys and values for the turn's audio (int16, 16 kHz)."""
+        """The cross-attention keys and values for the turn's audio (int16, 16 kHz), padded with
+        ``pad_frames`` of sherpa-onnx's zeros or, ``pad_as_whisper``, of Whisper's own silence
+        floor (``mel.max() - 2`` normalised, as ``asr/whisper_language.py`` on main pads)."""
         mel = whisper_log_mel(samples)
-        frames = min(mel.shape[1] + PAD_FRAMES, MAX_FRAMES)
-        padded = np.zeros((1, mel.shape[0], max(frames, 2)), dtype=np.float32)
+        frames = min(mel.shape[1] + self.pad_frames, MAX_FRAMES)
+        silence = mel.max() - 2.0 if self.pad_as_whisper and mel.size else 0.0
+        padded = np.full((1, mel.shape[0], max(frames, 2)), silence, dtype=np.float32)
         padded[0, :, : mel.shape[1]] = mel[:, :frames]
         cross_k, cross_v = self._encoder.run(None, {"mel": padded})
         return cross_k, cross_v
@@ -258,6 +263,32 @@ def alone_table(clips: list[dict]) -> list[str]:
     return lines
 
 
+def speaker_table(clips: list[dict]) -> list[str]:
+    """Per speaker, the view's AUC against TurnSense's (does one speaker carry the result?)."""
+    lines = ["| speaker | clips | ends_logit AUC | TurnSense p AUC |", "|---|---|---|---|"]
+    for speaker in sorted({c["speaker"] for c in clips}):
+        group = [c for c in clips if c["speaker"] == speaker]
+        labels = [c["complete"] for c in group]
+        lines.append(f"| {speaker} | {len(group)} | {auc([_view(c).ends_logit() for c in group], labels):.2f} | "
+                     f"{auc([c['p']['100'] for c in group], labels):.2f} |")
+    return lines
+
+
+def length_table(clips: list[dict]) -> list[str]:
+    """Is the view the turn's length in disguise? (Cut turns are shorter by construction.) The
+    length's own AUC, and the view's correlation with the length within complete and within cut
+    turns."""
+    lines = ["| clips | AUC of the speech's length | corr(ends_logit, length): complete | cut |", "|---|---|---|---|"]
+    for name, group in _groups(clips):
+        cells = [f"{auc([c['speech_ms'] for c in group], [c['complete'] for c in group]):.2f}"]
+        for complete in (True, False):
+            chosen = [c for c in group if c["complete"] is complete]
+            views, lengths = [_view(c).ends_logit() for c in chosen], [c["speech_ms"] for c in chosen]
+            cells.append(f"{np.corrcoef(views, lengths)[0, 1]:.2f}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
 Row = Callable[[dict, int], list[float]]
 
 
@@ -361,6 +392,27 @@ def cost(view: RecognizerView, clips: list[tuple[np.ndarray, str]]) -> list[str]
             f"{statistics.median(drift):.2f}, max {max(drift):.2f}"]
 
 
+def padding_study(model_dir: Path, human: list[tuple[np.ndarray, str, bool]], paddings: list[str]) -> list[str]:
+    """The view recomputed (not cached) on the human clips (audio at the first look, language,
+    complete) with other padding, e.g. ``200`` (that many frames of zeros) or ``300w`` (Whisper's
+    own floor): AUC per language and the encoder's cost."""
+    lines = ["| padding | AUC human | human en | human zh | encoder median / max ms |", "|---|---|---|---|---|"]
+    for padding in paddings:
+        view = RecognizerView(model_dir, pad_frames=int(padding.rstrip("w")), pad_as_whisper=padding.endswith("w"))
+        scores: dict[str, tuple[list[float], list[bool]]] = {"en": ([], []), "zh": ([], [])}
+        spent = []
+        for samples, lang, complete in human:
+            start = time.perf_counter()
+            cross = view.encode(samples)
+            spent.append((time.perf_counter() - start) * 1000)
+            scores[lang][0].append(view.view(*view.greedy(cross, lang)).ends_logit())
+            scores[lang][1].append(complete)
+        both = (scores["en"][0] + scores["zh"][0], scores["en"][1] + scores["zh"][1])
+        lines.append(f"| {padding} | {auc(*both):.2f} | {auc(*scores['en']):.2f} | {auc(*scores['zh']):.2f} | "
+                     f"{statistics.median(spent):.0f} / {max(spent):.0f} |")
+    return lines
+
+
 def main() -> int:
     from utils.turns.corpus import build
     from utils.turns.extract import LOOKS_MS, TABLE, with_pause  # extract imports this module
@@ -370,6 +422,8 @@ def main() -> int:
     parser.add_argument("--models", type=Path, help="model cache with whisper-base/: also measure the cost")
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "kitt-stt" / "eot-corpus")
     parser.add_argument("--cost-clips", type=int, default=12)
+    parser.add_argument("--paddings", nargs="*", default=[], metavar="FRAMES[w]",
+                        help="with --models: recompute the view on the human clips with this padding (w: Whisper's)")
     args = parser.parse_args()
     clips = json.loads(args.table.read_text())["clips"]
     if any("view" not in c for c in clips):
@@ -377,6 +431,8 @@ def main() -> int:
         return 1
     print("AUC of the recognizer's view alone (complete vs cut, no fit):\n")
     print("\n".join(alone_table(clips)))
+    print("\n" + "\n".join(speaker_table(clips)))
+    print("\n" + "\n".join(length_table(clips)))
     print("\nLeave-one-speaker-out, the combiner at the first look (train.py's fit; the view alone is not"
           " fitted):\n")
     print("\n".join(combiner_table(clips)))
@@ -385,6 +441,9 @@ def main() -> int:
         step = max(1, len(corpus) // args.cost_clips)
         chosen = [(with_pause(c.samples, LOOKS_MS[0]), c.lang) for c in corpus[::step][: args.cost_clips]]
         print("\n" + "\n".join(cost(RecognizerView(args.models / "whisper-base"), chosen)))
+        if args.paddings:
+            human = [(with_pause(c.samples, LOOKS_MS[0]), c.lang, c.complete) for c in corpus if not c.synthetic]
+            print("\n" + "\n".join(padding_study(args.models / "whisper-base", human, args.paddings)))
     return 0
 
 
