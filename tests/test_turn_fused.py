@@ -5,6 +5,7 @@ predictions and a hand-set combiner (confidence = the model's p) so each path is
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import time
 from pathlib import Path
@@ -23,6 +24,7 @@ from kitt_stt.turn.prosody import NEUTRAL, prosody
 from kitt_stt.turn.words import word_evidence
 from kitt_stt.turnsense.model import TurnPrediction
 from utils.turns.extract import TABLE
+from utils.turns.recognizer_view import TokenKind, View, auc, continuation_bytes, threshold_for, token_kinds
 from utils.turns.train import weights_text
 
 REPO = Path(__file__).resolve().parents[1]
@@ -182,3 +184,40 @@ def test_unusable_weights_are_refused_with_the_reason(tmp_path: Path, content: s
     with pytest.raises(CombinerError, match="not usable end-of-turn weights"):
         build_policy(config, has_model=True)
     assert isinstance(build_policy(config, has_model=False), SilenceTimeoutPolicy)  # no model: no weights needed
+
+
+# --- the recognizer's own view (utils/turns/recognizer_view.py): measured, not adopted ---
+
+def test_the_view_tells_punctuation_that_ends_from_punctuation_that_goes_on(tmp_path: Path) -> None:
+    spelled = [b".", b"?", b" !", "\u3002".encode(), b",", b"...", " \u2026".encode(), b" Go", b"\xef", b"\xbc"]
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text("".join(f"{base64.b64encode(raw).decode()} {index}\n" for index, raw in enumerate(spelled)))
+    kinds = token_kinds(tokens)
+    assert [kinds[i] for i in range(len(spelled))] == [
+        TokenKind.FINAL, TokenKind.FINAL, TokenKind.FINAL, TokenKind.FINAL, TokenKind.GOING_ON,
+        TokenKind.GOING_ON, TokenKind.GOING_ON, TokenKind.WORD, TokenKind.FULLWIDTH_PREFIX, TokenKind.WORD]
+    assert list(continuation_bytes(tokens, len(spelled))) == [False] * 9 + [True]
+
+
+def test_the_view_reads_ending_against_going_on_and_is_neutral_without_words() -> None:
+    ends = View(p_final=0.6, p_eot=0.3, p_word=0.05, p_going_on=0.05, p_fullwidth=0.0, p_eot_last=0.9, tokens=5)
+    goes_on = View(p_final=0.01, p_eot=0.04, p_word=0.9, p_going_on=0.05, p_fullwidth=0.0, p_eot_last=0.5, tokens=2)
+    assert ends.ends_logit() == pytest.approx(np.log(0.9 / 0.1))
+    assert goes_on.ends_logit() < 0 < ends.ends_logit()
+    assert View(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0).ends_logit() == 0.0
+
+
+def test_the_cut_off_threshold_commits_at_most_a_tenth_of_the_cut_turns() -> None:
+    cut = [float(v) for v in range(20)]  # 20 cut turns: at most 2 may score above the threshold
+    threshold = threshold_for(cut)
+    assert sum(score > threshold for score in cut) == 2
+    assert threshold_for([]) == -np.inf
+
+
+def test_the_shipped_table_holds_the_view_and_reproduces_the_documented_finding() -> None:
+    """docs/turns.md: the view alone separates human English turns better than TurnSense's p."""
+    clips = [c for c in json.loads(TABLE.read_text())["clips"] if not c["synthetic"] and c["lang"] == "en"]
+    labels = [c["complete"] for c in clips]
+    view_auc = auc([View(**c["view"]).ends_logit() for c in clips], labels)
+    assert round(view_auc, 2) == 0.80
+    assert view_auc > auc([c["p"]["100"] for c in clips], labels) + 0.05

@@ -2,7 +2,9 @@
 
 Per clip, as the server would see it at a pause: the whisper-base transcript (the words), the
 TurnSense probability after ``LOOKS_MS`` of silence (the first look at the pause, the second
-looks later), and the prosody of the turn's end. The audio model gets ``CONTEXT_MS`` of silence
+looks later), the recognizer's own view of the end (``recognizer_view.py``: whisper-base's
+probability that the sentence ends after the transcript's last word), and the prosody of the
+turn's end. The audio model gets ``CONTEXT_MS`` of silence
 before the speech, like the seat's ``turn.context_ms``. Whisper and TurnSense dominate the cost
 (about 1 s per clip on one core), so their outputs are cached per clip under its audio's sha1;
 the prosody is computed afresh (milliseconds).
@@ -23,10 +25,11 @@ import numpy as np
 from kitt_stt.turn.prosody import prosody
 from kitt_stt.turnsense.model import MODEL_FILE, TurnSenseModel
 from utils.turns.corpus import Clip, build
+from utils.turns.recognizer_view import RecognizerView
 
 LOOKS_MS = (100, 300, 600, 1000)
 CONTEXT_MS = 500
-VERSION = 1  # bump when what is cached per clip changes
+VERSION = 2  # bump when what is cached per clip changes
 TABLE = Path(__file__).resolve().parent / "data" / "features.json"
 
 
@@ -45,7 +48,8 @@ def with_pause(samples: np.ndarray, pause_ms: int) -> np.ndarray:
                            np.zeros(pause_ms * 16, dtype=np.int16)])
 
 
-def model_outputs(clip: Clip, turnsense: TurnSenseModel, whisper: dict, whisper_dir: Path) -> dict:
+def model_outputs(clip: Clip, turnsense: TurnSenseModel, whisper: dict, whisper_dir: Path,
+                  view: RecognizerView) -> dict:
     """What the two models say about the clip: the costly part, cached."""
     if clip.lang not in whisper:
         whisper[clip.lang] = _whisper(whisper_dir, clip.lang)
@@ -55,6 +59,7 @@ def model_outputs(clip: Clip, turnsense: TurnSenseModel, whisper: dict, whisper_
     return {
         "text": stream.result.text.strip(),
         "p": {str(look): round(turnsense.predict(with_pause(clip.samples, look)).probability, 6) for look in LOOKS_MS},
+        "view": view.score(with_pause(clip.samples, LOOKS_MS[0]), clip.lang).as_dict(),
     }
 
 
@@ -69,6 +74,7 @@ def main() -> int:
         print(f"note: {note}", file=sys.stderr)
     turnsense = TurnSenseModel(args.models / "turnsense" / MODEL_FILE)
     whisper: dict = {}
+    view = RecognizerView(args.models / "whisper-base")
     rows = []
     per_clip = args.cache / "features"
     per_clip.mkdir(parents=True, exist_ok=True)
@@ -78,7 +84,7 @@ def main() -> int:
         if cached.is_file():
             features = json.loads(cached.read_text())
         else:
-            features = model_outputs(clip, turnsense, whisper, args.models / "whisper-base")
+            features = model_outputs(clip, turnsense, whisper, args.models / "whisper-base", view)
             cached.write_text(json.dumps(features))
         features["prosody"] = [round(value, 6) for value in prosody(with_pause(clip.samples, LOOKS_MS[0])).as_list()]
         rows.append({"source": clip.source, "speaker": clip.speaker, "lang": clip.lang, "name": clip.name,
