@@ -16,7 +16,7 @@ from tests.helpers import collect_until, commits, run_server, send_pcm, tone_pcm
 
 
 async def test_the_commit_says_which_evidence_decided(tmp_path: Path, model_cache: Path, turnsense_dir: Path) -> None:
-    with run_server(tmp_path, model_cache, {"turn": {"model": "turnsense"}}) as server:
+    with run_server(tmp_path, model_cache, {"turn": {"model": "turnsense", "policy": "fused"}}) as server:
         async with connect(server.url) as session:
             await send_pcm(session, tone_pcm("打开车门", tail_ms=2200), seat="s", realtime_factor=1.0)
             frames = await collect_until(session, lambda fs: bool(commits(fs, "s")), timeout=15)
@@ -31,7 +31,7 @@ async def test_the_commit_says_which_evidence_decided(tmp_path: Path, model_cach
 
 async def test_an_unsure_decision_looks_again_on_the_seats_audio(tmp_path: Path, model_cache: Path,
                                                                  turnsense_dir: Path) -> None:
-    overrides = {"turn": {"model": "turnsense", "fused_threshold": 1.01, "wait_ms": 1000}}
+    overrides = {"turn": {"model": "turnsense", "policy": "fused", "fused_threshold": 1.01, "wait_ms": 1000}}
     with run_server(tmp_path, model_cache, overrides) as server:
         async with connect(server.url) as session:
             await send_pcm(session, tone_pcm("打开车门", tail_ms=1800), seat="s", realtime_factor=1.0)

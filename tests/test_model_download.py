@@ -89,7 +89,7 @@ def test_pull_verifies_and_installs(tmp_path: Path, archive: bytes) -> None:
     finally:
         server.close()
     installed = tmp_path / "sensevoice"
-    assert sorted(p.name for p in installed.iterdir()) == [".complete", "model.int8.onnx", "tokens.txt"]
+    assert sorted(p.name for p in installed.iterdir()) == [".complete", ".revision", "model.int8.onnx", "tokens.txt"]
     assert load_sense_voice_model(installed).vocab_size == 24
     assert verify_installed(installed) == []
     assert not list(tmp_path.glob("*.tar.bz2*"))  # the archive is not kept

@@ -110,7 +110,7 @@ async def test_confident_at_the_pause_commits_at_once_without_a_second_look() ->
     assert decision.confidence == pytest.approx(0.9, abs=1e-3)
 
 
-async def test_an_unsure_pause_looks_again_and_commits_when_the_silence_made_it_sure() -> None:
+async def test_an_unsure_pause_looks_again_and_commits_when_the_new_answer_is_sure() -> None:
     look = FakeLook(0.95)
     started = time.perf_counter()
     decision = await policy().decide(TurnContext(started, done(0.3), "打开车门", look=look))
@@ -149,6 +149,38 @@ async def test_probably_over_is_announced_once_before_the_wait() -> None:
     assert decision.reason is CommitReason.TIMEOUT and told == [pytest.approx(0.6, abs=1e-3)]
 
 
+async def test_probably_over_needs_the_models_answer() -> None:
+    """Review finding: a failed model with words that look whole announced turn_eager on the words
+    alone; docs/protocol.md says turn_eager needs the end-of-turn model."""
+    told: list[float] = []
+    failed: asyncio.Future[TurnPrediction] = asyncio.get_running_loop().create_future()
+    failed.set_exception(RuntimeError("model failed"))
+    words_only = FusedPolicy(FusedSettings(0.99, 300, (), 200, 0.1), load_combiner(), HOLD)
+    await words_only.decide(TurnContext(time.perf_counter(), failed, "打开车门", on_eager=told.append))
+    assert told == []
+
+
+async def test_a_second_look_is_cancelled_with_the_decision() -> None:
+    """Review finding: a look the decision started ran on after speech resumed (the seat cancels
+    the decision), holding the model's one thread and the seat's one-run-at-a-time slot."""
+    started: list[asyncio.Future[TurnPrediction]] = []
+
+    class SlowLook(FakeLook):
+        def predict(self) -> asyncio.Future[TurnPrediction]:
+            future: asyncio.Future[TurnPrediction] = asyncio.get_running_loop().create_future()
+            started.append(future)
+            return future  # never answers by itself
+
+    deciding = asyncio.create_task(policy(wait_ms=1500).decide(
+        TurnContext(time.perf_counter(), done(0.3), "打开车门", look=SlowLook())))
+    while not started:
+        await asyncio.sleep(0.01)
+    deciding.cancel()  # speech resumed
+    with pytest.raises(asyncio.CancelledError):
+        await deciding
+    assert started[0].cancelled()
+
+
 async def test_the_new_decision_fields_are_additive() -> None:
     fused = (await policy().decide(TurnContext(time.perf_counter(), done(0.9), "打开车门"))).as_metadata()
     plain = (await TurnSensePolicy(0.5, 100).decide(TurnContext(time.perf_counter(), done(0.9)))).as_metadata()
@@ -160,10 +192,15 @@ async def test_the_new_decision_fields_are_additive() -> None:
 
 
 @pytest.mark.parametrize("name", ["config.yaml", "config-k8s.yaml", "config-k3s-orin.yaml"])
-def test_the_fused_decision_is_the_default_of_every_shipped_config(name: str) -> None:
+def test_the_fused_decision_is_opt_in_until_it_meets_its_targets(name: str) -> None:
+    """On held-out speakers the fused decision commits only 5 % of complete turns before the
+    timeout (docs/turns.md): shipped as the default it would make nearly every turn wait 1.5 s, so
+    the shipped configs keep TurnSense and name the fused settings for those who choose it."""
     turn = load_config(REPO / name, env={}).config.turn
-    assert turn.policy is TurnPolicy.FUSED and turn.fused_looks_ms == [300, 600]
-    assert turn.fused_threshold == TurnConfig().fused_threshold
+    assert turn.policy is TurnPolicy.TURNSENSE and TurnConfig().policy is TurnPolicy.TURNSENSE
+    assert turn.fused_looks_ms == [300, 600] and turn.fused_threshold == TurnConfig().fused_threshold
+    chosen = load_config(REPO / name, env={"KITT_STT__TURN__POLICY": "fused"}).config
+    assert isinstance(build_policy(chosen, has_model=True), FusedPolicy)
 
 
 @pytest.mark.parametrize("looks", [[600, 300], [50], [300, 300]])
@@ -180,7 +217,7 @@ def test_unusable_weights_are_refused_with_the_reason(tmp_path: Path, content: s
     if content is not None:
         weights.write_text(content)
     config = load_config(None, env={}).config.model_copy(
-        update={"turn": TurnConfig(fused_weights=weights)})
+        update={"turn": TurnConfig(policy=TurnPolicy.FUSED, fused_weights=weights)})
     with pytest.raises(CombinerError, match="not usable end-of-turn weights"):
         build_policy(config, has_model=True)
     assert isinstance(build_policy(config, has_model=False), SilenceTimeoutPolicy)  # no model: no weights needed

@@ -167,9 +167,9 @@ class TurnConfig(Section):
     max_duration_ms: int = Field(default=60_000, ge=1000)
     context_ms: int = Field(default=500, ge=0, le=2000)
     commit_empty: bool = False
-    # the fused decision (issue 23, docs/turns.md): p, the words both ways and the prosody combined;
-    # "turnsense": the model's p against `threshold` alone (0.3.0)
-    policy: TurnPolicy = TurnPolicy.FUSED
+    # "turnsense": the model's p against `threshold`; "fused" (issue 23, docs/turns.md): p, the words
+    # both ways and the prosody combined. Opt-in: on held-out speakers it is patient but not yet fast
+    policy: TurnPolicy = TurnPolicy.TURNSENSE
     fused_threshold: float = Field(default=0.7, ge=0.0, le=1.01)  # commit at a look at this fused confidence
     fused_looks_ms: list[int] = Field(default_factory=lambda: [300, 600], max_length=4)  # second looks, ms of silence
     fused_weights: Path | None = None  # the combiner's weights (utils/turns/train.py --out); None: the shipped file

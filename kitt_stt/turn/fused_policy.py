@@ -2,11 +2,13 @@
 
 At the pause the combiner weighs the audio model's p, the words both ways and the prosody of the
 turn's end. Confident: commit at once. Not yet: look again after more silence (``looks_ms``, e.g.
-300 and 600 ms: the model runs again on the seat's ring, which now holds the longer pause, and
-silence itself counts), and commit at the first look that is confident. Otherwise the turn waits
+300 and 600 ms: the model runs again on the seat's ring, which now holds the longer pause), and
+commit at the first look that is confident. (The combiner has a silence feature, but with the
+shipped weights its weight is about zero: a later look changes the decision only through the
+model's new p; docs/turns.md.) Otherwise the turn waits
 ``wait_ms``, and only words that end mid-phrase make it wait the long ``HoldRule.wait_ms``: those
-turns take no second look. ``turn_eager`` keeps its meaning: "probably over" (the confidence
-reached ``eager_threshold``) while the policy still waits. A failed or late model counts as
+turns take no second look. ``turn_eager`` keeps its meaning: "probably over" (the model answered
+and the confidence reached ``eager_threshold``) while the policy still waits. A failed or late model counts as
 unsure; ``wait_ms`` (or the hold's) stays a hard upper bound.
 """
 
@@ -25,7 +27,6 @@ from kitt_stt.turn.words import WordEvidence, word_evidence
 from kitt_stt.turnsense.model import TurnPrediction
 
 log = logging.getLogger(__name__)
-FIRST_LOOK_MS = 100  # the pause the seat's first prediction hears (asr.chunk_pause_ms)
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class FusedSettings:
     looks_ms: tuple[int, ...]  # silence (ms) at the second looks
     silence_at_decision_ms: int  # silence already heard when the decision starts (vad.silence_ms)
     eager_threshold: float | None = None
+    first_look_ms: int = 100  # the pause the seat's first prediction heard (asr.chunk_pause_ms, else vad.silence_ms)
 
 
 class FusedPolicy(EotPolicy):
@@ -53,11 +55,12 @@ class FusedPolicy(EotPolicy):
         prediction = await _bounded(context.prediction, wait_ms - context.waited_ms())
         shape = await _prosody(context)
         looks: list[int] = []
-        score = self._score(prediction, FIRST_LOOK_MS, words, shape, looks)
+        score = self._score(prediction, settings.first_look_ms, words, shape, looks)
         if prediction is not None and score.confidence >= threshold:
             return _decision(CommitReason.MODEL, context, score, prediction, looks, ending, threshold)
-        if (context.on_eager is not None and not held and settings.eager_threshold is not None
-                and score.confidence >= settings.eager_threshold):
+        # "probably over" needs the model's answer: words alone are not a turn_eager (docs/protocol.md)
+        if (prediction is not None and context.on_eager is not None and not held
+                and settings.eager_threshold is not None and score.confidence >= settings.eager_threshold):
             context.on_eager(score.confidence)
         # second looks: not for a held turn (its words wait), and none past the fallback
         look = context.look
@@ -68,7 +71,7 @@ class FusedPolicy(EotPolicy):
             if target >= wait_ms:
                 break
             await sleep_until(context, target)
-            again = await _bounded(look.predict(), wait_ms - context.waited_ms())
+            again = await _owned_look(look.predict(), wait_ms - context.waited_ms())
             if again is None:
                 continue
             prediction, score = again, self._score(again, look_ms, words, shape, looks)
@@ -108,6 +111,17 @@ async def _bounded(future: asyncio.Future[TurnPrediction] | None, remaining_ms: 
     except Exception:
         log.exception("end-of-turn model failed; treated as unsure")
     return None
+
+
+async def _owned_look(future: asyncio.Future[TurnPrediction] | None, remaining_ms: float) -> TurnPrediction | None:
+    """A second look's prediction, which this decision started and so owns: when the decision is
+    cancelled (speech resumed) or the answer comes too late, the run is cancelled too, so it does
+    not keep the model's one thread busy nor count as the seat's one run at a time."""
+    try:
+        return await _bounded(future, remaining_ms)
+    finally:
+        if future is not None and not future.done():
+            future.cancel()
 
 
 async def _prosody(context: TurnContext) -> Prosody:

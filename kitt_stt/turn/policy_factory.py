@@ -16,6 +16,8 @@ def build_policy(config: AppConfig, has_model: bool) -> EotPolicy:
         return SilenceTimeoutPolicy(turn.wait_ms, hold)
     if turn.policy is TurnPolicy.TURNSENSE:
         return TurnSensePolicy(turn.threshold, turn.wait_ms, hold, turn.eager_threshold)
+    # the first prediction runs when a pause closes the last chunk, or at the segment's end without chunking
+    first_look_ms = config.asr.chunk_pause_ms or config.vad.silence_ms
     settings = FusedSettings(turn.fused_threshold, turn.wait_ms, tuple(turn.fused_looks_ms), config.vad.silence_ms,
-                             turn.eager_threshold)
+                             turn.eager_threshold, first_look_ms)
     return FusedPolicy(settings, load_combiner(turn.fused_weights or WEIGHTS_FILE), hold)
