@@ -72,6 +72,17 @@ def whisper_log_mel(samples: np.ndarray) -> np.ndarray:
     return ((log_spec + 4.0) / 4.0).T
 
 
+def whisper_sessions(model: WhisperModel, num_threads: int) -> tuple[ort.InferenceSession, ort.InferenceSession]:
+    """Our export's encoder and decoder on onnxruntime's CPU provider, ``num_threads`` each and no
+    spinning: they run beside sherpa-onnx's own decode and must not take its cores while idle."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = num_threads
+    options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return (ort.InferenceSession(str(model.encoder_path), options, providers=["CPUExecutionProvider"]),
+            ort.InferenceSession(str(model.decoder_path), options, providers=["CPUExecutionProvider"]))
+
+
 class WhisperLanguageDetector:
     def __init__(self, model: WhisperModel, num_threads: int = 1, window_frames: int = 150, pad_frames: int = 300,
                  bias: Mapping[str, float] | None = None, pad_as_whisper: bool = True) -> None:
@@ -86,12 +97,7 @@ class WhisperLanguageDetector:
         self._pad_frames = pad_frames
         self._bias = dict(bias or {})
         self._pad_as_whisper = pad_as_whisper  # False: sherpa-onnx's zeros (the report's "before")
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = num_threads
-        options.inter_op_num_threads = 1
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self._encoder = ort.InferenceSession(str(model.encoder_path), options, providers=["CPUExecutionProvider"])
-        self._decoder = ort.InferenceSession(str(model.decoder_path), options, providers=["CPUExecutionProvider"])
+        self._encoder, self._decoder = whisper_sessions(model, num_threads)
 
     @property
     def language_tokens(self) -> dict[str, int]:

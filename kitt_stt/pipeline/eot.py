@@ -123,6 +123,23 @@ async def sleep_until(context: TurnContext, wait_ms: float) -> None:
         await asyncio.sleep(remaining / 1000.0)
 
 
+async def answer_within(future: asyncio.Future[TurnPrediction] | None, remaining_ms: float) -> TurnPrediction | None:
+    """The model's answer if it comes within ``remaining_ms``; None when it fails, is late or was
+    never asked for: every policy treats those as "not confident". Shielded: the seat owns the
+    prediction (a later decision of the same turn may await it again)."""
+    if future is None:
+        return None
+    try:
+        return await asyncio.wait_for(asyncio.shield(future), max(0.0, remaining_ms) / 1000.0)
+    except asyncio.TimeoutError:  # not the builtin on 3.10
+        log.debug("end-of-turn model did not answer in time; treated as not confident")
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("end-of-turn model failed; treated as not confident")
+    return None
+
+
 class EotPolicy(ABC):
     @abstractmethod
     async def decide(self, context: TurnContext) -> Decision:
@@ -163,19 +180,9 @@ class TurnSensePolicy(EotPolicy):
         held = ending is TextEnding.UNFINISHED
         threshold = self.hold.threshold if held else self.threshold
         wait_ms = self.hold.wait_ms if held else self.wait_ms
-        prediction = None
-        if context.prediction is not None:
-            # wait_ms is a hard upper bound: under load the model may answer late, and a late
-            # answer must not hold the turn open past it
-            remaining_s = max(0.0, wait_ms - context.waited_ms()) / 1000.0
-            try:
-                prediction = await asyncio.wait_for(asyncio.shield(context.prediction), remaining_s)
-            except asyncio.TimeoutError:  # not the builtin on 3.10
-                log.debug("end-of-turn model did not answer within turn.wait_ms; committing on timeout")
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("end-of-turn model failed; waiting for silence instead")
+        # wait_ms is a hard upper bound: under load the model may answer late, and a late answer
+        # must not hold the turn open past it
+        prediction = await answer_within(context.prediction, wait_ms - context.waited_ms())
         probability = None if prediction is None else prediction.probability
         model_ms = None if prediction is None else round(prediction.total_ms, 2)
         if probability is not None and probability >= threshold:

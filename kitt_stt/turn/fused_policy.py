@@ -15,18 +15,15 @@ unsure; ``wait_ms`` (or the hold's) stays a hard upper bound.
 from __future__ import annotations
 
 import asyncio
-import logging
 from dataclasses import dataclass
 
-from kitt_stt.pipeline.eot import CommitReason, Decision, EotPolicy, HoldRule, TurnContext, sleep_until
+from kitt_stt.pipeline.eot import CommitReason, Decision, EotPolicy, HoldRule, TurnContext, answer_within, sleep_until
 from kitt_stt.pipeline.turn_text import TextEnding
 from kitt_stt.turn.combiner import Combiner, Score
 from kitt_stt.turn.features import feature_vector
 from kitt_stt.turn.prosody import NEUTRAL, Prosody, prosody
 from kitt_stt.turn.words import WordEvidence, word_evidence
 from kitt_stt.turnsense.model import TurnPrediction
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -52,7 +49,7 @@ class FusedPolicy(EotPolicy):
         ending = (TextEnding.UNFINISHED if words.unfinished else TextEnding.OPEN) if self.hold.enabled else None
         wait_ms = self.hold.wait_ms if held else settings.wait_ms
         threshold = self.hold.threshold if held else settings.threshold
-        prediction = await _bounded(context.prediction, wait_ms - context.waited_ms())
+        prediction = await answer_within(context.prediction, wait_ms - context.waited_ms())
         shape = await _prosody(context)
         looks: list[int] = []
         score = self._score(prediction, settings.first_look_ms, words, shape, looks)
@@ -98,27 +95,12 @@ def _decision(reason: CommitReason, context: TurnContext, score: Score, predicti
                     evidence={group: round(value, 3) for group, value in score.contributions.items()})
 
 
-async def _bounded(future: asyncio.Future[TurnPrediction] | None, remaining_ms: float) -> TurnPrediction | None:
-    """The prediction if it comes within ``remaining_ms``; None if it fails, is late or absent."""
-    if future is None:
-        return None
-    try:
-        return await asyncio.wait_for(asyncio.shield(future), max(0.0, remaining_ms) / 1000.0)
-    except asyncio.TimeoutError:  # not the builtin on 3.10
-        log.debug("end-of-turn model did not answer in time; treated as unsure")
-    except asyncio.CancelledError:
-        raise
-    except Exception:
-        log.exception("end-of-turn model failed; treated as unsure")
-    return None
-
-
 async def _owned_look(future: asyncio.Future[TurnPrediction] | None, remaining_ms: float) -> TurnPrediction | None:
     """A second look's prediction, which this decision started and so owns: when the decision is
     cancelled (speech resumed) or the answer comes too late, the run is cancelled too, so it does
     not keep the model's one thread busy nor count as the seat's one run at a time."""
     try:
-        return await _bounded(future, remaining_ms)
+        return await answer_within(future, remaining_ms)
     finally:
         if future is not None and not future.done():
             future.cancel()

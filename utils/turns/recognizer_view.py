@@ -35,10 +35,9 @@ from enum import Enum
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 
 from kitt_stt.asr.sense_voice_model import read_model_header
-from kitt_stt.asr.whisper_language import MAX_FRAMES, whisper_log_mel
+from kitt_stt.asr.whisper_language import MAX_FRAMES, whisper_log_mel, whisper_sessions
 from kitt_stt.asr.whisper_model import load_whisper_model
 from kitt_stt.turn.features import feature_vector
 from kitt_stt.turn.prosody import Prosody
@@ -138,12 +137,7 @@ class RecognizerView:
         kinds = token_kinds(model.tokens_path)
         self._continuation = continuation_bytes(model.tokens_path, vocab)
         self._mask = {kind: np.array([kinds.get(i) is kind for i in range(vocab)]) for kind in TokenKind}
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = num_threads
-        options.inter_op_num_threads = 1
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self._encoder = ort.InferenceSession(str(model.encoder_path), options, providers=["CPUExecutionProvider"])
-        self._decoder = ort.InferenceSession(str(model.decoder_path), options, providers=["CPUExecutionProvider"])
+        self._encoder, self._decoder = whisper_sessions(model, num_threads)
 
     def prompt(self, lang: str) -> list[int]:
         return [self._sot, self._language[lang], self._transcribe, self._no_timestamps]
