@@ -11,7 +11,7 @@ carry the language, emotion and event the engine reports, so they are parsed whe
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from pydantic import BaseModel, ConfigDict
 
@@ -47,8 +47,9 @@ class StagedText:
 
     text: str
     wake: WakeMatch | None = None
-    wake_chars: int = 0
-    itn_changed: bool = False
+    # how it was staged, not what is sent: two texts that send the same are equal
+    wake_chars: int = field(default=0, compare=False)
+    itn_changed: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True)
