@@ -19,8 +19,9 @@ CONSOLE_LIB := $(CONSOLE)/node_modules/@msgpack/msgpack/dist.umd/msgpack.min.js
 # not work on these machines). Installed when missing, with a CJK font for the screenshots.
 CHROMIUM ?= /usr/bin/chromium
 # pytest-xdist workers for the 3.11+ pass (each starts its own session server on its own free port and
-# shares the model cache, whose installs are locked); PYTEST_WORKERS=0 runs it in one process.
-PYTEST_WORKERS ?= 2
+# shares the model cache, whose installs are locked); PYTEST_WORKERS=0 runs it in one process. Three on
+# two cores: the suite mostly waits on the wall clock (real-time streaming, turn waits), docs/testing.md.
+PYTEST_WORKERS ?= 3
 
 .PHONY: serve console test test-py310 lint typecheck unit clean locks
 
