@@ -3,10 +3,13 @@
 Subpackages, by concern: ``config`` (schema and loader), ``protocol`` (wire frames), ``audio``
 (VAD, buffers, WAV), ``asr`` (engines, decoding, model checks), ``scheduler`` (inference queue),
 ``pipeline`` (per-seat segments, chunks and turns), ``turnsense`` (the end-of-turn model),
+``turn`` (the fused end-of-turn decision), ``text`` (script, wake phrases, ITN),
 ``server`` (FastAPI/uvicorn), ``client`` (Python client and ``transcribe``), ``models``
 (registry, downloads, generated models), ``observability`` (trace, metrics, debug logs, log
-redaction), ``ops`` (host probes, the TensorRT engine cache, ``doctor``).
-Top-level modules: ``cli`` (the ``kitt-stt`` command), ``hotwords`` (hotword syntax), ``logs``,
+redaction), ``ops`` (host probes, the TensorRT engine cache, ``doctor``), ``console`` (the
+browser console), ``integrations`` (pipecat and LiveKit adapters).
+Top-level modules: ``cli`` (the ``kitt-stt`` command; ``cli_models`` its ``models`` subcommands,
+``cli_common`` what they share), ``hotwords`` (hotword syntax), ``logs``,
 ``quote`` (client text in messages, bounded).
 """
 

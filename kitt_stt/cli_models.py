@@ -82,12 +82,13 @@ def cmd_models_pull(args: argparse.Namespace) -> int:
 
 
 def _installed(args: argparse.Namespace) -> tuple[Path, set[str]]:
-    """The model cache of the config in ``args`` and the registry models installed there."""
-    from kitt_stt.models.registry import REGISTRY, default_cache_dir, is_current
+    """The model cache of the config in ``args`` and the registry models with a complete install
+    there (of any revision: an outdated build's files are still checked by ``verify``)."""
+    from kitt_stt.models.registry import REGISTRY, default_cache_dir, installed_revision
 
     config = load_config(args.config).config
     cache = config.models.cache_dir or default_cache_dir()
-    return cache, {name for name, entry in REGISTRY.items() if is_current(entry, cache / name)}
+    return cache, {name for name in REGISTRY if installed_revision(cache / name) is not None}
 
 
 def cmd_models_verify(args: argparse.Namespace) -> int:
@@ -109,14 +110,16 @@ def cmd_models_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_models_list(args: argparse.Namespace) -> int:
-    from kitt_stt.models.registry import REGISTRY
+    from kitt_stt.models.registry import REGISTRY, is_current
 
     try:
-        _, installed = _installed(args)
+        cache, installed = _installed(args)
     except ConfigError as exc:
         return _fail(str(exc))
     for entry in REGISTRY.values():
-        state = "installed" if entry.name in installed else "not installed"
+        state = "not installed"
+        if entry.name in installed:  # an older build of a generated model is rebuilt on the next start
+            state = "installed" if is_current(entry, cache / entry.name) else "outdated"
         print(f"{entry.name:<16} {entry.kind:<12} {state:<14} {entry.description}  [{entry.licence}]")
     return 0
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -66,3 +68,19 @@ def test_a_build_from_an_older_revision_is_installed_again(tmp_path: Path, monke
     resolve_model("tone", ModelsConfig(cache_dir=tmp_path))
     assert len(builds) == 2 and registry.installed_revision(directory) == entry.revision
     assert verify_installed(directory) == []
+
+
+def test_models_list_names_an_outdated_build(tmp_path: Path) -> None:
+    """``models list`` tells an older build (rebuilt on the next start) from a current install."""
+    directory = resolve_model("tone", ModelsConfig(cache_dir=tmp_path)).directory
+    config = tmp_path / "config.yaml"
+    config.write_text(f"models:\n  cache_dir: {tmp_path}\n")
+
+    def tone_state() -> str:
+        out = subprocess.run([sys.executable, "-m", "kitt_stt", "models", "list", "--config", str(config)],
+                             capture_output=True, text=True, check=True).stdout
+        return next(line.split()[2] for line in out.splitlines() if line.startswith("tone "))
+
+    assert tone_state() == "installed"
+    (directory / registry.REVISION_MARKER).write_text("1\n")
+    assert tone_state() == "outdated"

@@ -8,6 +8,7 @@ import asyncio
 import base64
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -179,6 +180,20 @@ async def test_a_second_look_is_cancelled_with_the_decision() -> None:
     with pytest.raises(asyncio.CancelledError):
         await deciding
     assert started[0].cancelled()
+
+
+@pytest.mark.parametrize(("chunk_pause_ms", "first_look_ms"), [(100, 100), (160, 160), (0, 200)])
+async def test_the_first_look_is_the_pause_the_seats_first_prediction_heard(chunk_pause_ms: int,
+                                                                            first_look_ms: int) -> None:
+    """The first prediction runs when a pause of ``asr.chunk_pause_ms`` closes the last chunk, or at
+    the segment's end (``vad.silence_ms``, 200) when chunking is off; the commit says so."""
+    config = load_config(None, env={"KITT_STT__TURN__POLICY": "fused",
+                                    "KITT_STT__ASR__CHUNK_PAUSE_MS": str(chunk_pause_ms)}).config
+    built = build_policy(config, has_model=True)
+    assert isinstance(built, FusedPolicy) and built.settings.first_look_ms == first_look_ms
+    sure = FusedPolicy(replace(built.settings, threshold=0.8), P_ONLY, HOLD)
+    decision = await sure.decide(TurnContext(time.perf_counter(), done(0.95), "打开车门"))
+    assert decision.reason is CommitReason.MODEL and decision.look_ms == first_look_ms
 
 
 async def test_the_new_decision_fields_are_additive() -> None:

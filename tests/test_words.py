@@ -177,3 +177,11 @@ def test_the_wake_phrases_words_are_counted_before_itn_rewrites_the_command() ->
     words = [TimedWord(char, index * 100, index * 100 + 80, 0.9) for index, char in enumerate(raw)]
     sent = final_words(words, staged).words
     assert [(word.text, word.start_ms) for word in sent[:2]] == [("调", 400), ("到", 500)]
+
+    # ITN that keeps the count but moves characters ("一百度三十六度" -> "100度36度", 7 and 7): the
+    # words must not take the sent text's characters one for one ("度" would become "0")
+    raw = "你好小明温度一百度三十六度"
+    staged = mandarin.final(raw, "zh")
+    assert staged.text == "温度100度36度" and staged.itn_changed
+    words = [TimedWord(char, index * 100, index * 100 + 80, 0.9) for index, char in enumerate(raw)]
+    assert [word.text for word in final_words(words, staged).words] == list("温度一百度三十六度")

@@ -97,8 +97,9 @@ def _decision(reason: CommitReason, context: TurnContext, score: Score, predicti
 
 async def _owned_look(future: asyncio.Future[TurnPrediction] | None, remaining_ms: float) -> TurnPrediction | None:
     """A second look's prediction, which this decision started and so owns: when the decision is
-    cancelled (speech resumed) or the answer comes too late, the run is cancelled too, so it does
-    not keep the model's one thread busy nor count as the seat's one run at a time."""
+    cancelled (speech resumed) or the answer comes too late, the run is cancelled too, so it no
+    longer counts as the seat's one run at a time, and a run still queued for the model's thread
+    never starts (one already running finishes; runs are short)."""
     try:
         return await answer_within(future, remaining_ms)
     finally:
