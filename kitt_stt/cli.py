@@ -100,7 +100,8 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     try:
         asyncio.run(transcribe(args.url, samples, seat=args.seat, realtime=args.realtime, token=args.token,
-                               language=args.language, on_frame=printer(), words=args.words))
+                               language=args.language, on_frame=printer(), words=args.words,
+                               on_notice=lambda notice: print(f"kitt-stt: note: {notice}", file=sys.stderr)))
     except (OSError, ConnectionError) as exc:
         return _fail(f"cannot stream to {args.url}: {exc}")
     except Exception as exc:  # websockets raises its own hierarchy for refused upgrades

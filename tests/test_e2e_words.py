@@ -8,6 +8,7 @@ on a clean burst, lower on one masked by noise.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import subprocess
 import sys
@@ -187,8 +188,14 @@ async def test_wake_min_confidence(words_server, min_confidence: float, woken: b
 async def test_an_engine_that_cannot_time_words_says_so_and_sends_none(tmp_path: Path, model_cache: Path) -> None:
     """sherpa-onnx's SenseVoice gives no posteriors: ``ready.model.words`` is false and a session
     asking for words gets finals exactly as without (no invented numbers)."""
+    wav = tmp_path / "say.wav"
+    assert subprocess.run([sys.executable, "-m", "kitt_stt", "synth", "打开车门", str(wav)], timeout=60).returncode == 0
     with run_server(tmp_path, model_cache, {"asr": {"engine": "sherpa"}}) as server:
         ready, frames = await session_frames(server, tone_pcm("打开车门"), words=True)
+        cli = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "kitt_stt", "transcribe", str(wav),
+                                                       "--url", server.url, "--words"],
+                                      capture_output=True, text=True, timeout=60)
+    assert cli.returncode == 0 and "does not time words" in cli.stderr and "  word" not in cli.stdout, cli.stderr
     assert ready["model"]["words"] is False
     [final] = of_type(frames, "final")
     assert final["text"] == "打开车门" and "words" not in final and "confidence" not in final

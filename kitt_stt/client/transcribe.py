@@ -65,11 +65,15 @@ async def _send_paced(session: SttSession, samples: np.ndarray, seat: str, realt
 async def transcribe(url: str, samples: np.ndarray, seat: str = "default", realtime: bool = False,
                      token: str | None = None, language: str | None = None,
                      on_frame: Callable[[dict[str, Any]], None] | None = None,
-                     words: bool = False) -> list[dict[str, Any]]:
+                     words: bool = False, on_notice: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """Stream ``samples`` (int16, 16 kHz) on one seat, then ``close``; return every frame received.
-    ``words``: ask for word timings and confidence (finals then carry ``words``)."""
+    ``words``: ask for word timings and confidence (finals then carry ``words``); ``on_notice`` is
+    told when the server's engine cannot time words, so an empty answer is not a mystery."""
     received: list[dict[str, Any]] = []
     async with connect(url, token=token) as session:
+        if words and on_notice is not None and not session.ready.get("model", {}).get("words", False):
+            on_notice("this server's engine does not time words (ready.model.words is false): finals carry "
+                      "neither words nor confidence (docs/models.md)")
         settings: dict[str, Any] = {"language": language} if language else {}
         if words:
             settings["words"] = True
