@@ -101,6 +101,14 @@ async def test_stream_yields_the_turn_event_sequence(server) -> None:
     final = next(event for event in events if event.type is Kind.FINAL_TRANSCRIPT).alternatives[0]
     assert final.language == "zh" and 0 < final.start_time < final.end_time
     assert final.metadata["commit"]["metadata"]["eot"]["decision"]["reason"] == "timeout"
+    assert final.confidence == 0.0  # not asked for: LiveKit's "not known", never an invented 1
+
+
+async def test_a_session_asking_for_words_gets_the_commits_confidence(server) -> None:
+    events = await stream_events(STT(server.url, language="zh", start_options={"words": True}),
+                                 frames_16k(tone_pcm("打开车门", tail_ms=1200)), lambda evs: finals(evs))
+    final = next(event for event in events if event.type is Kind.FINAL_TRANSCRIPT).alternatives[0]
+    assert final.text == "打开车门" and final.confidence == final.metadata["commit"]["confidence"] > 0.99
 
 
 async def test_eager_preflight_and_resumed_map_onto_livekit_events(tmp_path: Path, model_cache: Path,

@@ -73,9 +73,9 @@ class AsrResult:
     emotion: str | None = None
     event: str | None = None
     # with ``DecodeOptions.words`` on an engine that can time words: each word of ``text`` (times
-    # relative to the request's first sample) and the decode's confidence
+    # relative to the request's first sample); a text's confidence is derived from them
+    # (``asr.words.overall_confidence``)
     words: tuple[TimedWord, ...] = ()
-    confidence: float | None = None
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from kitt_stt.asr.recognizer_cache import LruCache
 from kitt_stt.asr.sense_voice_model import LANGUAGES, SenseVoiceModel, read_tokens
 from kitt_stt.asr.text import strip_tags, tag_value
 from kitt_stt.asr.token_timing import timed_tokens
-from kitt_stt.asr.words import TimedWord, overall_confidence, words_from_tokens
+from kitt_stt.asr.words import TimedWord, words_from_tokens
 from kitt_stt.config.schema import AsrConfig, Provider
 from kitt_stt.hotwords import Hotword
 from kitt_stt.quote import quoted
@@ -190,7 +190,6 @@ class OrtSenseVoiceEngine(AsrEngine):
             emotion=tag_value(symbols[1]) if len(symbols) >= 3 else None,
             event=tag_value(symbols[2]) if len(symbols) >= 3 else None,
             words=words,
-            confidence=overall_confidence(words) if request.options.words else None,
         )
 
     def _build_trie(self, hotwords: tuple[Hotword, ...]) -> HotwordTrie:

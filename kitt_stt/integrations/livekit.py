@@ -259,7 +259,8 @@ class RecognizeStream(stt.RecognizeStream):
             offset = self.start_time_offset * 1000.0 + self._origin_ms  # stream time of the server's 0 ms
             start = (offset + (event.start_ms or 0)) / 1000.0
             end = (offset + (event.end_ms or event.start_ms or 0)) / 1000.0
-            final = _event(kind.FINAL_TRANSCRIPT, event.text, event.language or language, start, end)
+            final = _event(kind.FINAL_TRANSCRIPT, event.text, event.language or language, start, end,
+                           confidence=float(event.frame.get("confidence", 0.0)))
             final.alternatives[0].metadata = {"commit": event.frame}
             self._event_ch.send_nowait(final)
             self._event_ch.send_nowait(stt.SpeechEvent(type=kind.END_OF_SPEECH))
@@ -278,9 +279,11 @@ def _mono(frame: rtc.AudioFrame) -> bytes:
 
 
 def _event(kind: stt.SpeechEventType, text: str, language: str | None, start: float = 0.0,
-           end: float = 0.0) -> stt.SpeechEvent:
+           end: float = 0.0, confidence: float = 0.0) -> stt.SpeechEvent:
+    """``confidence``: the commit's (sessions with ``words: true`` on an engine that times words);
+    otherwise LiveKit's own default 0, "not known", rather than an invented 1."""
     data = stt.SpeechData(language=LanguageCode(language or ""), text=text, start_time=start, end_time=end,
-                          confidence=1.0)
+                          confidence=confidence)
     return stt.SpeechEvent(type=kind, alternatives=[data])
 
 
