@@ -23,8 +23,10 @@ from kitt_stt.asr.whisper_language import WhisperLanguageDetector
 from kitt_stt.asr.whisper_model import load_whisper_model
 from kitt_stt.audio.wavfile import read_wav_16k_mono
 from kitt_stt.client.session import connect
+from kitt_stt.config.loader import load_config
 from kitt_stt.config.schema import AsrConfig
 from kitt_stt.pipeline.settings import SessionSettings
+from kitt_stt.server.session_updates import SessionUpdates
 from tests.helpers import collect_until, of_type, run_server, send_pcm, silence, tone_pcm
 
 SPEECH = Path(__file__).parent / "fixtures" / "speech"
@@ -286,3 +288,30 @@ def test_the_readmes_transcribe_examples_need_no_language(tmp_path: Path, model_
             finals = [line for line in printed.stdout.splitlines() if line.startswith("final")]
             assert finals and all(f"(lang={lang}," in line for line in finals), printed.stdout
             assert word in " ".join(finals).lower(), printed.stdout
+
+
+@pytest.mark.parametrize(("preroll_ms", "window_ms"), [(300, 1500), (200, 1000)])
+def test_a_segment_decides_once_it_has_the_preroll_and_the_steps_window(preroll_ms: int, window_ms: int) -> None:
+    """The decision point follows the configuration (``vad.preroll_ms`` + ``asr.whisper.language_window_ms``),
+    not a constant that only matched the defaults."""
+    env = {"KITT_STT__VAD__PREROLL_MS": str(preroll_ms), "KITT_STT__ASR__WHISPER__LANGUAGE_WINDOW_MS": str(window_ms),
+           "KITT_STT__ASR__LANGUAGE": "auto"}
+    config = load_config(None, env=env).config
+
+    class Engine:
+        info = type("Info", (), {"languages": ("auto", "zh", "en"), "hotwords": False, "kind": "tone"})()
+
+    settings = SessionUpdates(config, Engine(), "s").current  # type: ignore[arg-type]
+    decide_at = (preroll_ms + window_ms) * 16
+    asked: list[int] = []
+
+    def detect(audio: np.ndarray) -> LanguageGuess:
+        asked.append(audio.shape[0])
+        return LanguageGuess("en", 0.9)
+
+    for length, decided in [(decide_at - 320, False), (decide_at, True)]:
+        audio = np.zeros(length, dtype=np.int16)
+        options = settings.decode_options(TurnLanguage(), lambda audio=audio: audio)
+        assert options.segment_language is not None
+        options.segment_language.resolve(audio, detect)
+        assert (options.segment_language.decided is not None) is decided, length

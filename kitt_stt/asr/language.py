@@ -36,7 +36,8 @@ T = TypeVar("T")
 
 DEFAULT_SWITCH_MARGIN = 0.25
 # 1.8 s of 16 kHz audio: a segment shorter so far does not decide. The VAD's 300 ms pre-roll plus
-# the 1.5 s of speech the Whisper step reads: on less, whisper-base's zh/en scores still swing
+# the 1.5 s of speech the Whisper step reads (the defaults; a session derives it from vad.preroll_ms
+# and asr.whisper.language_window_ms): on less, whisper-base's zh/en scores still swing
 # (en_go_forward_ten_meters read zh on 0.9-1.1 s of speech and en from 1.3 s on, lid_report's
 # setting), and deciding at 1 s made the README's English example come back zh now and then.
 DEFAULT_MIN_SAMPLES = 28800

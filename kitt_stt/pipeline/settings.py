@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from kitt_stt.asr.engine import DecodeOptions
-from kitt_stt.asr.language import DEFAULT_SWITCH_MARGIN, TurnLanguage
+from kitt_stt.asr.language import DEFAULT_MIN_SAMPLES, DEFAULT_SWITCH_MARGIN, TurnLanguage
 from kitt_stt.hotwords import Hotword
 from kitt_stt.protocol.errors import ErrorCode, ProtocolError
 from kitt_stt.text import TextStage, wake_hotwords
@@ -24,6 +24,9 @@ class SessionSettings:
     stage: TextStage = field(default_factory=TextStage)  # wake phrases, script, ITN (kitt_stt/text)
     languages: tuple[str, ...] = ()  # what "auto" may detect (asr.auto_languages, or the session's own)
     switch_margin: float = DEFAULT_SWITCH_MARGIN  # asr.language_switch_margin
+    # a segment decides its language once it has this much audio: vad.preroll_ms plus the speech the
+    # language step reads (asr.whisper.language_window_ms)
+    decide_samples: int = DEFAULT_MIN_SAMPLES
     words: bool = False  # final.words and confidence (asr.words, or the session's own)
 
     def updated(self, *, language: str | None = None, interim: bool | None = None,
@@ -51,7 +54,8 @@ class SessionSettings:
         """Options for a segment; with ``turn_language`` (its turn's) an "auto" segment detects
         its language once, on ``segment_audio`` (its audio so far), and the turn keeps it
         (``asr/language.py``)."""
-        segment_language = (turn_language.segment(self.switch_margin, audio=segment_audio, allowed=self.languages)
+        segment_language = (turn_language.segment(self.switch_margin, self.decide_samples, audio=segment_audio,
+                                                  allowed=self.languages)
                             if turn_language is not None and self.language == "auto" else None)
         return DecodeOptions(language=self.language, use_itn=self.use_itn, hotwords=self.decode_hotwords(),
                              languages=self.languages, segment_language=segment_language, words=self.words)

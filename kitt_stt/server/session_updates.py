@@ -35,6 +35,7 @@ class SessionUpdates:
             language=asr.language, use_itn=asr.use_itn, interim=config.interim.enabled,
             hotwords=parse_hotwords(asr.hotwords), eager=config.turn.eager_events,
             stage=TextStage(config.text, config.wake), switch_margin=asr.language_switch_margin,
+            decide_samples=(config.vad.preroll_ms + asr.whisper.language_window_ms) * 16,
             languages=auto_languages(asr.auto_languages, engine.info.languages), words=asr.words,
         )
         self._hotword_changes = HotwordChanges(config.server.hotword_changes, asr.hotwords,
