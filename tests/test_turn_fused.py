@@ -67,11 +67,20 @@ def test_the_training_script_regenerates_the_shipped_weights_bit_for_bit() -> No
     assert load_combiner().weights == tuple(json.loads(WEIGHTS_FILE.read_text())["weights"])
 
 
-def test_weights_for_other_features_are_refused() -> None:
+def test_weights_for_features_this_code_does_not_build_or_of_the_wrong_shape_are_refused() -> None:
     data = json.loads(WEIGHTS_FILE.read_text())
-    data["features"] = data["features"][:-1]
-    with pytest.raises(CombinerError, match="features"):
-        Combiner.from_dict(data)
+    with pytest.raises(CombinerError, match="does not build"):
+        Combiner.from_dict({**data, "features": [*data["features"][:-1], "word_count"]})
+    with pytest.raises(CombinerError, match="one entry per feature"):
+        Combiner.from_dict({**data, "features": data["features"][:-1]})
+
+
+def test_the_shipped_combiner_weighs_the_sentence_end_language_model() -> None:
+    """Issue 23, next step: the LM's "the sentence ends here" is one of the shipped features, and
+    the fit gave it a positive weight (an ending the LM likes makes "over" more likely)."""
+    combiner = load_combiner()
+    assert combiner.features == FEATURES and "sentence_end" in FEATURES
+    assert combiner.weights[FEATURES.index("sentence_end")] > 0
 
 
 class FakeLook:
