@@ -32,8 +32,10 @@ class Word:
 
 @lru_cache(maxsize=1)
 def _decoder() -> Any:
-    from pocketsphinx import Decoder
-
+    try:
+        from pocketsphinx import Decoder
+    except ImportError as exc:
+        raise AlignError(f"pocketsphinx is not installed (the eot-lm extra): {exc}") from None
     return Decoder(samprate=16000, bestpath=False, loglevel="FATAL")
 
 
