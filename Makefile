@@ -29,14 +29,14 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet 'torch==2.13.0'  # CPU build on these machines; elsewhere see docs/models.md
-	$(PY) -m pip install --quiet -e '.[dev,convert,pipecat,livekit]'  # the framework adapters' tests need the extras
+	$(PY) -m pip install --quiet -e '.[dev,convert,pipecat,livekit,eot-lm]'  # the framework adapters' and turn tests need the extras
 	touch $(STAMP)
 
 $(STAMP310): pyproject.toml
 	@test -n "$(PYTHON310)" || { echo "make: Python 3.10 not found (install it, or set PYTHON310=/path/to/python3.10)"; exit 1; }
 	$(PYTHON310) -m venv $(VENV310)
 	$(VENV310)/bin/python -m pip install --quiet --upgrade pip
-	$(VENV310)/bin/python -m pip install --quiet -e '.[dev,pipecat,livekit]'  # pipecat-ai skips itself on 3.10 (needs 3.11)
+	$(VENV310)/bin/python -m pip install --quiet -e '.[dev,pipecat,livekit,eot-lm]'  # pipecat-ai skips itself on 3.10 (needs 3.11)
 	touch $(STAMP310)
 
 $(CONSOLE_LIB): $(CONSOLE)/package.json $(CONSOLE)/package-lock.json

@@ -1,7 +1,8 @@
-"""The fused decision's combiner: a logistic regression over ``features.FEATURES``.
+"""The fused decision's combiner: a logistic regression over named features (``features.KINDS``).
 
 Its weights are a small JSON file (``fused_weights.json``) written by ``utils/turns/train.py``
-from the labelled set; that script regenerates the file bit for bit. Inputs are standardised with
+from the labelled set; that script regenerates the file bit for bit. The file names its features,
+so a re-fit on other recordings may choose other candidates without a code change. Inputs are standardised with
 the training set's means and scales stored beside the weights, so the weights read as "logit per
 standard deviation". Scoring is a dot product of ten numbers: microseconds.
 """
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from kitt_stt.turn.features import FEATURES, GROUPS
+from kitt_stt.turn.features import FEATURES, KINDS
 
 WEIGHTS_FILE = Path(__file__).resolve().parent / "fused_weights.json"
 
@@ -40,17 +41,26 @@ class Combiner:
     scale: tuple[float, ...]
     weights: tuple[float, ...]
     bias: float
+    features: tuple[str, ...] = FEATURES  # the names of the vector's entries, in order
 
     @classmethod
     def from_dict(cls, data: dict) -> Combiner:
-        if tuple(data.get("features", ())) != FEATURES:
-            raise CombinerError(f"weights are for features {data.get('features')}, this code builds {FEATURES}")
-        return cls(tuple(data["mean"]), tuple(data["scale"]), tuple(data["weights"]), float(data["bias"]))
+        features = tuple(data.get("features", ()))
+        unknown = [name for name in features if name not in KINDS]
+        if not features or unknown:
+            raise CombinerError(f"weights name features {unknown or 'none'} that this code does not build "
+                                f"(it builds {sorted(KINDS)})")
+        mean, scale, weights = (tuple(float(v) for v in data[key]) for key in ("mean", "scale", "weights"))
+        if not len(mean) == len(scale) == len(weights) == len(features):
+            raise CombinerError("weights: mean, scale and weights need one entry per feature")
+        return cls(mean, scale, weights, float(data["bias"]), features)
 
     def score(self, vector: list[float]) -> Score:
+        """Confidence for a vector built in ``self.features`` order (``features.feature_vector``)."""
         contributions: dict[str, float] = {}
         total = self.bias
-        for value, mean, scale, weight, group in zip(vector, self.mean, self.scale, self.weights, GROUPS, strict=True):
+        kinds = [KINDS[name] for name in self.features]
+        for value, mean, scale, weight, group in zip(vector, self.mean, self.scale, self.weights, kinds, strict=True):
             part = weight * (value - mean) / scale
             contributions[group] = contributions.get(group, 0.0) + part
             total += part

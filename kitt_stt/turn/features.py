@@ -3,11 +3,13 @@ script (``utils/turns/train.py``, from cached clips) and by the policy (from the
 
 The model's probability enters as a clipped logit, so the combiner can weigh how sure it is;
 ``silence_s`` is how long the pause had lasted when the model looked: silence itself is evidence.
-Chosen by leave-one-speaker-out AUC on the labelled set (docs/turns.md): the word count is left
-out (cut turns are shorter than complete ones by construction, so it learns the corpus, not the
-speaker), and so are final punctuation (Whisper punctuates cut phrases too), the pitch slope,
-energy decay and final lengthening, which did not help held-out speakers there (the feature
-table keeps all four prosody numbers, so a re-fit on other recordings can choose again).
+``sentence_end`` is the English trigram LM's "the sentence ends after these words" (0 for
+Mandarin). Chosen by leave-one-speaker-out AUC on the labelled set (``utils/turns/train.py
+--compare``, docs/turns.md; so the choice saw every speaker): the word count is left out (cut
+turns are shorter than complete ones by construction, so it learns the corpus, not the speaker),
+and so are final punctuation (Whisper punctuates cut phrases too), the pitch slope, energy decay
+and final lengthening, which did not help held-out speakers there. They stay candidates
+(``KINDS``): the weights file names its features, so a re-fit on other recordings can choose again.
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ import math
 from kitt_stt.turn.prosody import Prosody
 from kitt_stt.turn.words import WordEvidence
 
-FEATURES = ("model_logit", "silence_s", "unfinished", "complete_form", "pitch_final")
-# which kind of evidence each feature is, for the decision's metadata ("which evidence decided")
-GROUPS = ("model", "silence", "words", "words", "prosody")
+# every feature this code can build, with the kind of evidence it is (the decision's metadata says
+# which kind decided); FEATURES are those the combiner uses, in its weights' order
+KINDS = {"model_logit": "model", "silence_s": "silence", "unfinished": "words", "complete_form": "words",
+         "sentence_end": "words", "pitch_final": "prosody", "pitch_slope": "prosody", "energy_slope": "prosody",
+         "final_lengthening": "prosody"}
+FEATURES = ("model_logit", "silence_s", "unfinished", "complete_form", "pitch_final", "sentence_end")
 _P_FLOOR = 0.004  # the int8 model's outputs lie in 0.0047 .. 0.9909
 
 
@@ -31,6 +36,17 @@ def model_logit(probability: float | None) -> float:
     return math.log(p / (1.0 - p))
 
 
-def feature_vector(probability: float | None, silence_ms: float, words: WordEvidence, prosody: Prosody) -> list[float]:
-    return [model_logit(probability), silence_ms / 1000.0, float(words.unfinished), float(words.complete_form),
-            prosody.pitch_final]
+def feature_values(probability: float | None, silence_ms: float, words: WordEvidence,
+                   prosody: Prosody) -> dict[str, float]:
+    """Every candidate feature by name (``KINDS``): the training script may choose among them."""
+    return {"model_logit": model_logit(probability), "silence_s": silence_ms / 1000.0,
+            "unfinished": float(words.unfinished), "complete_form": float(words.complete_form),
+            "sentence_end": words.sentence_end, "pitch_final": prosody.pitch_final,
+            "pitch_slope": prosody.pitch_slope, "energy_slope": prosody.energy_slope,
+            "final_lengthening": prosody.final_lengthening}
+
+
+def feature_vector(probability: float | None, silence_ms: float, words: WordEvidence, prosody: Prosody,
+                   features: tuple[str, ...] = FEATURES) -> list[float]:
+    values = feature_values(probability, silence_ms, words, prosody)
+    return [values[name] for name in features]

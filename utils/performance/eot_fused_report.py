@@ -10,7 +10,13 @@ without its speaker. Methods:
 * ``smart-turn``: TurnSense's p at the pause, commit at once when p >= threshold, else the timer;
 * ``smart-turn+rules``: the same, and words ending mid-phrase wait ``turn.unfinished_wait_ms``
   (the shipped 0.3.0 policy);
-* ``fused``: the shipped fused policy, its second looks at ``turn.fused_looks_ms`` included.
+* ``fused, no LM``: the fused policy with 0.4.0's five features (``train.WITHOUT_LM``), refitted
+  leave-one-speaker-out on the same clips;
+* ``fused``: the shipped fused policy (its features ``features.FEATURES``, with the sentence-end
+  language model), its second looks at ``turn.fused_looks_ms`` included.
+
+Each group's complete turns are set against its cut turns of one kind at a time (``cut``: ``pause``
+at an inner pause, ``word`` mid-sentence at an aligned word boundary; ``utils/turns/corpus.py``).
 
 Columns: cut-off share at 300 / 600 ms budgets (cut turns committed within that much silence),
 the share of cut turns committed inside the pause, the complete turns committed within 300 / 600
@@ -40,10 +46,11 @@ from kitt_stt.config.schema import AppConfig  # noqa: E402
 from kitt_stt.turn.combiner import load_combiner  # noqa: E402
 from kitt_stt.turn.features import feature_vector  # noqa: E402
 from kitt_stt.turn.prosody import prosody  # noqa: E402
+from kitt_stt.turn.sentence_end import load_model, sentence_end  # noqa: E402
 from kitt_stt.turn.words import word_evidence  # noqa: E402
 from utils.performance.workload import nearest_rank  # noqa: E402
 from utils.turns.extract import TABLE  # noqa: E402
-from utils.turns.train import leave_one_speaker_out  # noqa: E402
+from utils.turns.train import WITHOUT_LM, clip_key, leave_one_speaker_out  # noqa: E402
 
 PAUSE_MS = 1500
 MODEL_MS = 50  # a second look waits for one TurnSense run (44-55 ms here)
@@ -53,10 +60,12 @@ GROUPS: dict[str, Callable[[dict], bool]] = {
     "synthetic en": lambda c: c["synthetic"] and c["lang"] == "en",
     "synthetic zh": lambda c: c["synthetic"] and c["lang"] == "zh",
 }
+CUT_KINDS = ("pause", "word")
 Method = Callable[[dict, float], float]  # (clip, knob) -> commit delay in ms
+Scores = dict[str, dict[str, float]]  # held-out confidence per clip key and look
 
 
-def methods(oof: dict[str, dict[str, float]], config: AppConfig) -> dict[str, tuple[Method, float, list[float]]]:
+def methods(oofs: dict[str, Scores], config: AppConfig) -> dict[str, tuple[Method, float, list[float]]]:
     """name -> (delay function, shipped knob, knob sweep)."""
     turn, first = config.turn, config.vad.silence_ms
     thresholds = [round(t, 3) for t in np.linspace(0.0, 1.0, 201)] + [1.01]
@@ -72,21 +81,23 @@ def methods(oof: dict[str, dict[str, float]], config: AppConfig) -> dict[str, tu
             return turn.unfinished_wait_ms
         return smart_turn(clip, threshold)
 
-    def fused(clip: dict, threshold: float) -> float:
-        if word_evidence(clip["text"]).unfinished:
-            return turn.unfinished_wait_ms
-        scores = oof[f"{clip['speaker']}/{clip['name']}"]
-        if scores["100"] >= threshold:
-            return first
-        for look in turn.fused_looks_ms:
-            if scores[str(look)] >= threshold:
-                return look + MODEL_MS
-        return turn.wait_ms
+    def fused(oof: Scores) -> Method:
+        def delay(clip: dict, threshold: float) -> float:
+            if word_evidence(clip["text"]).unfinished:
+                return turn.unfinished_wait_ms
+            scores = oof[clip_key(clip)]
+            if scores["100"] >= threshold:
+                return first
+            for look in turn.fused_looks_ms:
+                if scores[str(look)] >= threshold:
+                    return look + MODEL_MS
+            return turn.wait_ms
+        return delay
 
     return {"vad-timer": (timer, turn.wait_ms, list(range(100, 3001, 50))),
             "smart-turn": (smart_turn, turn.threshold, thresholds),
             "smart-turn+rules": (with_rules, turn.threshold, thresholds),
-            "fused": (fused, turn.fused_threshold, thresholds)}
+            **{name: (fused(oof), turn.fused_threshold, thresholds) for name, oof in oofs.items()}}
 
 
 def _row(clips: list[dict], method: Method, knob: float, sweep: list[float]) -> list[str]:
@@ -109,33 +120,36 @@ def _row(clips: list[dict], method: Method, knob: float, sweep: list[float]) -> 
             "-" if best is None else f"{best:.0f}"]
 
 
-def report(clips: list[dict], oof: dict[str, dict[str, float]], config: AppConfig) -> str:
+def report(clips: list[dict], oofs: dict[str, Scores], config: AppConfig) -> str:
     lines = ["| clips | method | cut off at 300 ms | at 600 ms | cut in the 1.5 s pause | complete by 300 ms | "
              "by 600 ms | complete p50 / p95 ms | p50 for <= 5 % cut-offs |", "|---|---|---|---|---|---|---|---|---|"]
     for group, member in GROUPS.items():
-        chosen = [c for c in clips if member(c)]
-        if not chosen:
-            continue
-        label = f"{group}: {sum(c['complete'] for c in chosen)} complete, {sum(not c['complete'] for c in chosen)} cut"
-        for name, (method, knob, sweep) in methods(oof, config).items():
-            lines.append(f"| {label} | {name} | " + " | ".join(_row(chosen, method, knob, sweep)) + " |")
+        for kind in CUT_KINDS:
+            chosen = [c for c in clips if member(c) and (c["complete"] or c.get("cut") == kind)]
+            cuts = sum(not c["complete"] for c in chosen)
+            if not cuts:
+                continue
+            label = f"{group}: {sum(c['complete'] for c in chosen)} complete, {cuts} cut at a {kind}"
+            for name, (method, knob, sweep) in methods(oofs, config).items():
+                lines.append(f"| {label} | {name} | " + " | ".join(_row(chosen, method, knob, sweep)) + " |")
     return "\n".join(lines)
 
 
 def decision_cost(clips: list[dict], repeats: int = 50) -> tuple[float, float]:
-    """(median, max) ms per turn of the fused decision's own work on 3 s of audio: prosody,
-    words, combiner. Median and max of ``repeats`` calls: the machine is shared, so one slow call
-    says more about the neighbours than about the code."""
+    """(median, max) ms per turn of the fused decision's own work on 3 s of audio: prosody, words
+    (the sentence-end LM included), combiner. Median and max of ``repeats`` calls: the machine is
+    shared, so one slow call says more about the neighbours than about the code."""
     rng = np.random.default_rng(0)
     t = np.arange(48000) / 16000.0
     audio = (6000 * np.sin(2 * np.pi * np.cumsum(180 - 20 * t) / 16000) + rng.normal(0, 300, t.size)).astype(np.int16)
     audio = np.concatenate([audio, np.zeros(1600, dtype=np.int16)])
     combiner = load_combiner()
-    text = clips[0]["text"]
+    texts = [c["text"] for c in clips]
     costs = []
-    for _ in range(repeats):
+    for index in range(repeats):
         started = time.perf_counter()
-        combiner.score(feature_vector(0.7, 100, word_evidence(text), prosody(audio)))
+        words = word_evidence(texts[index % len(texts)])
+        combiner.score(feature_vector(0.7, 100, words, prosody(audio), combiner.features))
         costs.append((time.perf_counter() - started) * 1000.0)
     return float(np.median(costs)), max(costs)
 
@@ -144,14 +158,25 @@ def main() -> int:
     table = json.loads(TABLE.read_text())
     clips = table["clips"]
     config = AppConfig()
-    oof = leave_one_speaker_out(clips)
+    started = time.perf_counter()
+    available = load_model() is not None  # once per process, before anything else reads it
+    load_ms = (time.perf_counter() - started) * 1000.0
+    oofs = {"fused, no LM": leave_one_speaker_out(clips, WITHOUT_LM),
+            "fused": leave_one_speaker_out(clips, load_combiner().features)}
     print(f"{len(clips)} clips, {len({c['speaker'] for c in clips})} speakers; fused scores leave-one-speaker-out; "
           f"shipped settings: turn.threshold {config.turn.threshold}, fused_threshold {config.turn.fused_threshold}, "
           f"looks {list(config.turn.fused_looks_ms)} ms, wait {config.turn.wait_ms} ms\n")
-    print(report(clips, oof, config))
+    print(report(clips, oofs, config))
     median, worst = decision_cost(clips)
-    print(f"\nfused decision cost (prosody + words + combiner, one thread): median {median:.2f} ms, "
-          f"max {worst:.2f} ms per turn (50 turns of 3 s)")
+    texts = [c["text"] for c in clips]
+    started = time.perf_counter()
+    for text in texts * 10:
+        sentence_end(text)
+    lm_us = (time.perf_counter() - started) * 1e6 / (10 * len(texts))
+    print(f"\nfused decision cost (prosody + words with the LM + combiner, one thread): median {median:.2f} ms, "
+          f"max {worst:.2f} ms per turn (50 turns of 3 s); of it the sentence-end LM {lm_us:.0f} us per turn; "
+          "reading that LM, once per process: "
+          + (f"{load_ms:.0f} ms" if available else "not available here (the report's LM rows are then neutral)"))
     return 0
 
 

@@ -1,4 +1,5 @@
-"""The labelled end-of-turn set (``corpus``: complete turns and turns cut at word boundaries, from
-registry packages, with a speaker per clip), its features cached per clip (``extract``), and the
+"""The labelled end-of-turn set (``corpus``: complete turns and turns cut at inner pauses or, by
+forced alignment of known transcripts (``align``), mid-sentence at word boundaries, from registry
+packages, with a speaker per clip), its features cached per clip (``extract``), and the
 deterministic training of the fused decision's weights (``train``), and the measurement of
 whisper-base's own view of the end of a turn (``recognizer_view``, measured, not in the policy)."""

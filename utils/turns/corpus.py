@@ -4,7 +4,10 @@ Every source is fetched or read at build time; no third-party audio is committed
 a speaker id, for leave-one-speaker-out cross-validation:
 
 * human English, Debian: alsa-utils' channel voices, pocketsphinx-testdata's LibriVox sentences,
-  "cards" clips and "go forward ten meters" (cut at their pauses, which are word boundaries);
+  "cards" clips and "go forward ten meters", each cut two ways, told apart by ``Clip.cut``: at
+  its longest inner pauses (``pause``: phrase boundaries, often a whole phrase) and, their
+  transcripts being known, mid-sentence after about 1/3 and 2/3 of the words (``word``: forced
+  alignment, ``align.py``);
 * human conversation, PyPI: pyannote-audio 3.3.2's 30 s sample with its speaker turns (RTTM):
   each turn is complete at its end and cut at its inner pauses;
 * human Mandarin, Debian ``gcin-voice``: two speakers' recorded syllables joined into car
@@ -27,6 +30,7 @@ import numpy as np
 from kitt_stt.models.pypi import pip_download
 from utils.performance.eot_eval import ENGLISH, MANDARIN
 from utils.performance.speech import espeak, to_16k, trim_silence
+from utils.turns.align import AlignError, word_cuts
 
 ALSA_DIR = Path("/usr/share/sounds/alsa")
 SPHINX_DIR = Path("/usr/share/pocketsphinx/test/data")
@@ -66,6 +70,7 @@ class Clip:
     complete: bool
     samples: np.ndarray  # int16, 16 kHz, trimmed to the speech
     synthetic: bool = False
+    cut: str = ""  # how a cut clip was cut: "pause" (at an inner pause) or "word" (mid-sentence); "" if complete
 
 
 def pause_cuts(samples: np.ndarray, max_cuts: int, lo: float = 0.25, hi: float = 0.85) -> list[int]:
@@ -83,27 +88,55 @@ def pause_cuts(samples: np.ndarray, max_cuts: int, lo: float = 0.25, hi: float =
     return [middle * hop for middle in chosen]
 
 
-def _with_cuts(source: str, speaker: str, lang: str, name: str, samples: np.ndarray, max_cuts: int) -> list[Clip]:
+def _with_cuts(source: str, speaker: str, lang: str, name: str, samples: np.ndarray, max_cuts: int,
+               transcript: str | None = None, notes: list[str] | None = None) -> list[Clip]:
+    """The complete clip, its pause cuts and, with a transcript, its mid-sentence word cuts."""
     clips = [Clip(source, speaker, lang, name, True, samples)]
     for index, cut in enumerate(pause_cuts(samples, max_cuts)):
         part = trim_silence(samples[:cut])
         if part.shape[0] >= MIN_PART_SAMPLES:
-            clips.append(Clip(source, speaker, lang, f"{name}[cut{index}]", False, part))
+            clips.append(Clip(source, speaker, lang, f"{name}[cut{index}]", False, part, cut="pause"))
+    if transcript is None:
+        return clips
+    try:
+        cuts = word_cuts(samples, transcript)
+    except AlignError as exc:
+        if notes is not None:
+            notes.append(f"{name}: no word cuts: {exc}")
+        return clips
+    for index, (cut, kept) in enumerate(cuts):
+        part = trim_silence(samples[:cut])
+        if part.shape[0] >= MIN_PART_SAMPLES:
+            clips.append(Clip(source, speaker, lang, f"{name}[word{index}: {kept}]", False, part, cut="word"))
     return clips
 
 
-def debian_english(work: Path) -> list[Clip]:
+def _transcripts(path: Path) -> dict[str, str]:
+    """A Sphinx transcription file (``<s> words </s> (id)`` per line) as id -> words."""
+    out: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        if "(" in line:
+            words, _, key = line.rpartition("(")
+            out[key.rstrip(") ")] = " ".join(w for w in words.split() if w not in ("<s>", "</s>"))
+    return out
+
+
+def debian_english(work: Path, notes: list[str]) -> list[Clip]:
+    """The human English clips; their transcripts are the file names and the Sphinx transcriptions."""
     clips: list[Clip] = []
     for path in sorted(ALSA_DIR.glob("*_*.wav")):
-        clips += _with_cuts("alsa", "alsa", "en", path.name, trim_silence(to_16k(path, work / "a.wav")), 1)
-    for path in sorted((SPHINX_DIR / "librivox").glob("*.wav")):
-        clips += _with_cuts("librivox", "librivox", "en", path.name, trim_silence(to_16k(path, work / "a.wav")), 3)
-    for path in sorted((SPHINX_DIR / "cards").glob("*.wav")):
-        clips += _with_cuts("cards", "cards", "en", path.name, trim_silence(to_16k(path, work / "a.wav")), 2)
+        clips += _with_cuts("alsa", "alsa", "en", path.name, trim_silence(to_16k(path, work / "a.wav")), 1,
+                            path.stem.replace("_", " ").lower(), notes)
+    for source, max_cuts in (("librivox", 3), ("cards", 2)):
+        folder = SPHINX_DIR / source
+        texts = _transcripts(folder / ("transcription" if source == "librivox" else "cards.transcription"))
+        for path in sorted(folder.glob("*.wav")):
+            clips += _with_cuts(source, source, "en", path.name, trim_silence(to_16k(path, work / "a.wav")),
+                                max_cuts, texts.get(path.stem), notes)
     fixture = FIXTURES / "en_go_forward_ten_meters.wav"
     if fixture.is_file():
         samples = trim_silence(to_16k(fixture, work / "a.wav"))
-        clips += _with_cuts("goforward", "goforward", "en", fixture.name, samples, 2)
+        clips += _with_cuts("goforward", "goforward", "en", fixture.name, samples, 2, "go forward ten meters", notes)
     return clips
 
 
@@ -150,7 +183,7 @@ def gcin_mandarin(work: Path) -> list[Clip]:
             cut: list[np.ndarray] = []
             for part in parts[:boundary]:
                 cut += [part, gap[0]]
-            clips.append(Clip("gcin", speaker, "zh", f"{text}[cut]", False, np.concatenate(cut[:-1])))
+            clips.append(Clip("gcin", speaker, "zh", f"{text}[cut]", False, np.concatenate(cut[:-1]), cut="word"))
     return clips
 
 
@@ -160,7 +193,8 @@ def espeak_pairs(work: Path) -> list[Clip]:
     for source, voice, lang, pairs in voices:
         for full, partial in pairs:
             clips.append(Clip(source, source, lang, full, True, espeak(full, voice, work), synthetic=True))
-            clips.append(Clip(source, source, lang, partial, False, espeak(partial, voice, work), synthetic=True))
+            clips.append(Clip(source, source, lang, partial, False, espeak(partial, voice, work), synthetic=True,
+                              cut="word"))
     return clips
 
 
@@ -172,7 +206,7 @@ def build(cache: Path) -> tuple[list[Clip], list[str]]:
         return [], ["sox missing (apt-get install sox): no corpus"]
     with tempfile.TemporaryDirectory(prefix="kitt-eot-corpus-") as tmp:
         work = Path(tmp)
-        clips += debian_english(work)
+        clips += debian_english(work, notes)
         try:
             clips += pyannote_conversation(cache, work)
         except (OSError, subprocess.SubprocessError, KeyError, zipfile.BadZipFile, Exception) as exc:

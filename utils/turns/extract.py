@@ -88,7 +88,7 @@ def main() -> int:
             cached.write_text(json.dumps(features))
         features["prosody"] = [round(value, 6) for value in prosody(with_pause(clip.samples, LOOKS_MS[0])).as_list()]
         rows.append({"source": clip.source, "speaker": clip.speaker, "lang": clip.lang, "name": clip.name,
-                     "complete": clip.complete, "synthetic": clip.synthetic,
+                     "complete": clip.complete, "cut": clip.cut, "synthetic": clip.synthetic,
                      "speech_ms": round(len(clip.samples) / 16.0), **features})
         print(f"\r  {index + 1}/{len(clips)} clips", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)

@@ -287,8 +287,11 @@ Row = Callable[[dict, int], list[float]]
 
 
 def _shipped(clip: dict, look: int) -> list[float]:
-    """The shipped combiner's five features (``kitt_stt/turn/features.py``)."""
-    return feature_vector(clip["p"][str(look)], look, word_evidence(clip["text"]), Prosody(*clip["prosody"]))
+    """The five features the combiner had when this was measured (0.4.0, ``train.WITHOUT_LM``)."""
+    from utils.turns.train import WITHOUT_LM  # here: train imports extract, which imports this module
+
+    return feature_vector(clip["p"][str(look)], look, word_evidence(clip["text"]), Prosody(*clip["prosody"]),
+                          WITHOUT_LM)
 
 
 def _shipped_and_view(clip: dict, look: int) -> list[float]:

@@ -11,6 +11,10 @@ report), and a calibration table shows how the held-out confidences match the la
 
     PYTHONPATH=. python -m utils.turns.train            # rewrites the shipped weights
     PYTHONPATH=. python -m utils.turns.train --check    # exit 1 if they would differ
+    PYTHONPATH=. python -m utils.turns.train --compare  # held-out AUC of the candidate feature sets
+
+The shipped feature set (``features.FEATURES``) was chosen with ``--compare``, that is on these
+held-out scores: the choice itself saw every speaker (docs/turns.md).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import argparse
 import itertools
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -34,21 +39,39 @@ STEPS = 4000
 LEARNING_RATE = 0.2
 L2 = 0.02
 DIGITS = 4
+# the combiner before the sentence-end language model (0.4.0), the baseline of the comparisons
+WITHOUT_LM = ("model_logit", "silence_s", "unfinished", "complete_form", "pitch_final")
+CANDIDATE_SETS: dict[str, tuple[str, ...]] = {
+    "0.4.0 (no LM)": WITHOUT_LM,
+    "0.4.0 + sentence_end": (*WITHOUT_LM, "sentence_end"),
+    "model + sentence_end": ("model_logit", "sentence_end"),
+    "model + sentence_end + unfinished": ("model_logit", "sentence_end", "unfinished"),
+    "model + silence + sentence_end + pitch_final": ("model_logit", "silence_s", "sentence_end", "pitch_final"),
+    "sentence_end alone": ("sentence_end",),
+}
+COMPARE_GROUPS: dict[str, Callable[[dict], bool]] = {
+    "human en": lambda c: not c["synthetic"] and c["lang"] == "en",
+    "human en, word cuts": lambda c: not c["synthetic"] and c["lang"] == "en" and c.get("cut") != "pause",
+    "human en, pause cuts": lambda c: not c["synthetic"] and c["lang"] == "en" and c.get("cut") != "word",
+    "human zh": lambda c: not c["synthetic"] and c["lang"] == "zh",
+    "all human": lambda c: not c["synthetic"],
+}
 
 
-def samples(clips: list[dict]) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int]]]:
+def samples(clips: list[dict], features: tuple[str, ...] = FEATURES
+            ) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int]]]:
     """(features, labels, (clip index, look) per row)."""
     rows, labels, keys = [], [], []
     for index, clip in enumerate(clips):
         words, prosody = word_evidence(clip["text"]), Prosody(*clip["prosody"])
         for look in TRAIN_LOOKS_MS:
-            rows.append(feature_vector(clip["p"][str(look)], look, words, prosody))
+            rows.append(feature_vector(clip["p"][str(look)], look, words, prosody, features))
             labels.append(1.0 if clip["complete"] else 0.0)
             keys.append((index, look))
     return np.array(rows, dtype=np.float64), np.array(labels), keys
 
 
-def fit(x: np.ndarray, y: np.ndarray) -> dict:
+def fit(x: np.ndarray, y: np.ndarray, features: tuple[str, ...] = FEATURES) -> dict:
     """Standardise, then gradient descent on the class-balanced log loss plus L2; rounded."""
     mean = np.round(x.mean(axis=0), DIGITS)
     scale = np.round(np.where(x.std(axis=0) > 1e-6, x.std(axis=0), 1.0), DIGITS)
@@ -63,28 +86,33 @@ def fit(x: np.ndarray, y: np.ndarray) -> dict:
         error = (predicted - y) * sample_weight
         weights -= LEARNING_RATE * (z.T @ error / len(y) + L2 * weights)
         bias -= LEARNING_RATE * float(error.mean())
-    return {"features": list(FEATURES), "mean": [float(v) for v in mean], "scale": [float(v) for v in scale],
+    return {"features": list(features), "mean": [float(v) for v in mean], "scale": [float(v) for v in scale],
             "weights": [round(float(w), DIGITS) for w in weights], "bias": round(bias, DIGITS)}
 
 
-def leave_one_speaker_out(clips: list[dict]) -> dict[str, dict[str, float]]:
+def clip_key(clip: dict) -> str:
+    """A clip's name in the held-out scores: names repeat across speakers."""
+    return f"{clip['speaker']}/{clip['name']}"
+
+
+def leave_one_speaker_out(clips: list[dict], features: tuple[str, ...] = FEATURES) -> dict[str, dict[str, float]]:
     """Held-out confidence per clip name and look, each from a fit without the clip's speaker."""
     out: dict[str, dict[str, float]] = {}
     for speaker in sorted({clip["speaker"] for clip in clips}):
         train = [clip for clip in clips if clip["speaker"] != speaker]
         held = [clip for clip in clips if clip["speaker"] == speaker]
-        combiner = Combiner.from_dict(fit(*samples(train)[:2]))
-        x, _, keys = samples(held)
+        combiner = Combiner.from_dict(fit(*samples(train, features)[:2], features))
+        x, _, keys = samples(held, features)
         for row, (index, look) in zip(x, keys, strict=True):
             clip = held[index]
-            out.setdefault(f"{clip['speaker']}/{clip['name']}", {})[str(look)] = round(
+            out.setdefault(clip_key(clip), {})[str(look)] = round(
                 combiner.score(list(row)).confidence, 6)
     return out
 
 
 def calibration(clips: list[dict], oof: dict[str, dict[str, float]], look: int = 100) -> list[str]:
     """Held-out confidence at the first look, in five bins, against the share of complete turns."""
-    pairs = [(oof[f"{c['speaker']}/{c['name']}"][str(look)], c["complete"]) for c in clips]
+    pairs = [(oof[clip_key(c)][str(look)], c["complete"]) for c in clips]
     lines = ["| held-out confidence | clips | complete share | mean confidence |", "|---|---|---|---|"]
     edges = [0.0, 0.2, 0.4, 0.6, 0.8, 1.0001]
     gap = 0.0
@@ -98,6 +126,30 @@ def calibration(clips: list[dict], oof: dict[str, dict[str, float]], look: int =
         gap += len(chosen) * abs(share - mean)
         lines.append(f"| {lo:.1f}-{min(hi, 1.0):.1f} | {len(chosen)} | {share:.2f} | {mean:.2f} |")
     lines.append(f"\nexpected calibration error (5 bins): {gap / len(pairs):.3f}")
+    return lines
+
+
+def auc(scores: list[float], labels: list[bool]) -> float:
+    """Probability that a random complete turn scores above a random cut one (ties count half)."""
+    positives = [s for s, y in zip(scores, labels, strict=True) if y]
+    negatives = [s for s, y in zip(scores, labels, strict=True) if not y]
+    if not positives or not negatives:
+        return float("nan")
+    return sum((p > n) + 0.5 * (p == n) for p in positives for n in negatives) / (len(positives) * len(negatives))
+
+
+def compare(clips: list[dict]) -> list[str]:
+    """Held-out (leave-one-speaker-out) AUC at the first look of each candidate feature set, per
+    group; a group's complete turns against its cut ones (of one kind, where it says so)."""
+    lines = ["| features | " + " | ".join(COMPARE_GROUPS) + " |", "|---" * (len(COMPARE_GROUPS) + 1) + "|"]
+    for name, features in CANDIDATE_SETS.items():
+        oof = leave_one_speaker_out(clips, features)
+        cells = []
+        for member in COMPARE_GROUPS.values():
+            chosen = [c for c in clips if member(c)]
+            scores = [oof[clip_key(c)]["100"] for c in chosen]
+            cells.append(f"{auc(scores, [c['complete'] for c in chosen]):.2f}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -115,8 +167,12 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="only compare with --out; exit 1 if different")
     parser.add_argument("--without", nargs="*", default=[], metavar="SPEAKER",
                         help="leave these speakers out (held-out weights for a server check; turn.fused_weights)")
+    parser.add_argument("--compare", action="store_true", help="only print the candidate feature sets' held-out AUC")
     args = parser.parse_args()
     clips = [c for c in json.loads(args.table.read_text())["clips"] if c["speaker"] not in args.without]
+    if args.compare:
+        print("\n".join(compare(clips)))
+        return 0
     text = weights_text(clips)
     if args.check:
         same = args.out.is_file() and args.out.read_text() == text
