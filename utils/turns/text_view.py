@@ -27,6 +27,7 @@ import re
 import statistics
 import sys
 import time
+from enum import Enum
 from pathlib import Path
 
 import numpy as np
@@ -40,8 +41,6 @@ from utils.turns.recognizer_view import RecognizerView, View, auc, clip_key
 # GPT-2's pre-tokenizer (what tiktoken splits on before BPE), with Python's ``re``: a letter is
 # ``[^\W\d_]``, a number ``\d``, the rest neither space nor letter nor digit.
 _PIECES = re.compile(r"""'s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+| ?\d+| ?(?:[^\s\w]|_)+|\s+(?!\S)|\s+""")
-COST_STEPS = ("tokenize", "export, whole transcript", "export, up to the last word", "cut graph",
-              "cut graph, prompt cached")
 _PROJECTION = "/MatMul_60_quant"  # the vocabulary MatMul (its DynamicQuantizeMatMul after fusion)
 _LAST_HIDDEN = "/LayerNormalization_18_output_0"  # the decoder's final layer norm, before the vocabulary MatMul
 
@@ -74,12 +73,43 @@ class Tokenizer:
         return b"".join(by_rank[t] for t in tokens).decode("utf-8", errors="replace")
 
 
-def last_position_decoder(decoder_path: Path, num_threads: int = 1) -> ort.InferenceSession:
+class Cut(Enum):
+    """Ways to run the decoder cut to the last position's logits (``last_position_decoder``):
+    with the export's 448-slot self-attention caches or a short one (only the positions used),
+    over prompt + words or over the words after the prompt's cache (computed once)."""
+
+    CUT = "cut graph"
+    CUT_CACHED = "cut graph, prompt cached"
+    SHORT = "cut graph, short cache"
+    SHORT_CACHED = "cut graph, short cache, prompt cached"
+
+    @property
+    def short(self) -> bool:
+        return self in (Cut.SHORT, Cut.SHORT_CACHED)
+
+    @property
+    def cached(self) -> bool:
+        return self in (Cut.CUT_CACHED, Cut.SHORT_CACHED)
+
+
+COST_STEPS = ("tokenize", "export, whole transcript", "export, up to the last word", *(cut.value for cut in Cut))
+AUC_COLUMNS = ("export", Cut.SHORT.value, Cut.SHORT_CACHED.value)  # the other cuts: the drift line shows them
+
+
+def last_position_decoder(decoder_path: Path, short_cache: bool, num_threads: int = 1) -> ort.InferenceSession:
     """The decoder with a Gather of the last position inserted before the vocabulary projection:
     logits (N, 1, vocab) instead of (N, n, vocab). The dynamic quantization of that MatMul's input
-    then sees one row, not all, so its scale (and the logits) may move slightly."""
+    then sees one row, not all, so its scale (and the logits) may move slightly. ``short_cache``:
+    the self-attention cache inputs get a free length instead of 448 slots; the export reads only
+    ``cache[:offset]`` and concatenates the new positions, so a cache of ``offset`` positions gives
+    the same logits without copying 448 slots in and out of every call."""
     model = onnx.load(str(decoder_path))
     graph = model.graph
+    if short_cache:
+        for graph_input in graph.input:
+            if graph_input.name.startswith("in_n_layer_self_"):
+                graph_input.type.tensor_type.shape.dim[2].dim_param = "cache_positions"
+        del graph.value_info[:]  # inferred shapes that still say 448
     consumers = [node for node in graph.node if _LAST_HIDDEN in node.input]
     graph.initializer.append(onnx.numpy_helper.from_array(np.array([-1], dtype=np.int64), "last_position_index"))
     producer = next(i for i, node in enumerate(graph.node) if _LAST_HIDDEN in node.output)
@@ -101,8 +131,9 @@ class TextView:
     def __init__(self, model_dir: Path, window_frames: int) -> None:
         self.view = RecognizerView(model_dir)
         self.tokenizer = Tokenizer(model_dir / "base-tokens.txt")
-        self.cut = last_position_decoder(model_dir / "base-decoder.int8.onnx")
-        self._prompt_caches: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._cut_sessions = {short: last_position_decoder(model_dir / "base-decoder.int8.onnx", short)
+                              for short in (False, True)}
+        self._prompt_caches: dict[tuple[str, bool], tuple[np.ndarray, np.ndarray]] = {}
         self.cross = self.view.encode_mel(np.full((1, 80, window_frames), _silence_floor(), dtype=np.float32))
 
     def tokens(self, text: str, lang: str) -> list[int]:
@@ -117,31 +148,34 @@ class TextView:
         """One pass of the export as it is, over the whole transcript (logits at every position)."""
         return self.view.view(tokens, self.view.teacher_forced(self.cross, lang, tokens))
 
-    def _cut(self, tokens: list[int], caches: tuple[np.ndarray, np.ndarray], offset: int) -> list[np.ndarray]:
-        return self.cut.run(None, {
+    def _run_cut(self, short: bool, tokens: list[int], caches: tuple[np.ndarray, np.ndarray] | None,
+                 offset: int) -> list[np.ndarray]:
+        if caches is None:
+            shape = self.view.cache_shape
+            empty = np.zeros((shape[0], shape[1], 0, shape[3]) if short else shape, dtype=np.float32)
+            caches = (empty, empty)
+        return self._cut_sessions[short].run(None, {
             "tokens": np.array([tokens], dtype=np.int64), "in_n_layer_self_k_cache": caches[0],
             "in_n_layer_self_v_cache": caches[1], "n_layer_cross_k": self.cross[0], "n_layer_cross_v": self.cross[1],
             "offset": np.array([offset], dtype=np.int64)})
 
-    def prompt_cache(self, lang: str) -> tuple[np.ndarray, np.ndarray]:
+    def prompt_cache(self, lang: str, short: bool) -> tuple[np.ndarray, np.ndarray]:
         """The prompt's self-attention cache: with a fixed cross-attention it never changes, so a
         process computes it once per language."""
-        if lang not in self._prompt_caches:
-            empty = np.zeros(self.view.cache_shape, dtype=np.float32)
-            _, self_k, self_v = self._cut(self.view.prompt(lang), (empty, empty), 0)
-            self._prompt_caches[lang] = (self_k, self_v)
-        return self._prompt_caches[lang]
+        if (lang, short) not in self._prompt_caches:
+            _, self_k, self_v = self._run_cut(short, self.view.prompt(lang), None, 0)
+            self._prompt_caches[lang, short] = (self_k, self_v)
+        return self._prompt_caches[lang, short]
 
-    def last_only(self, tokens: list[int], lang: str, cached_prompt: bool = False) -> float:
-        """``ends_logit`` from the cut graph over the tokens up to the last word (one distribution),
-        from the prompt on or, ``cached_prompt``, from the prompt's cache on."""
+    def last_only(self, tokens: list[int], lang: str, cut: Cut) -> float:
+        """``ends_logit`` from a cut graph over the tokens up to the last word (one distribution)."""
         if not tokens:
             return 0.0
-        if cached_prompt:
-            logits = self._cut(tokens, self.prompt_cache(lang), len(self.view.prompt(lang)))[0]
+        if cut.cached:
+            prompt_cache = self.prompt_cache(lang, cut.short)
+            logits = self._run_cut(cut.short, tokens, prompt_cache, len(self.view.prompt(lang)))[0]
         else:
-            empty = np.zeros(self.view.cache_shape, dtype=np.float32)
-            logits = self._cut(self.view.prompt(lang) + tokens, (empty, empty), 0)[0]
+            logits = self._run_cut(cut.short, self.view.prompt(lang) + tokens, None, 0)[0]
         last = np.asarray(logits[0, -1], dtype=np.float64)
         distribution = np.exp(last - last.max())
         return self.view.after_word(distribution / distribution.sum()).ends_logit()
@@ -170,11 +204,11 @@ def _ms(seconds: list[float]) -> str:
 
 
 def measure(text_view: TextView, clips: list[dict]) -> tuple[dict[str, dict[str, float]], list[str]]:
-    """Each clip's text-only ``ends_logit`` (from the export, and from the cheapest way: the cut
-    graph after the prompt's cache) and the cost lines (median / p95 ms, one thread)."""
-    scores: dict[str, dict[str, float]] = {"export": {}, "cut, prompt cached": {}}
+    """Each clip's text-only ``ends_logit`` (from the export and from each cut graph) and the cost
+    lines (median / p95 ms, one thread)."""
+    scores: dict[str, dict[str, float]] = {"export": {}, **{cut.value: {} for cut in Cut}}
     spent: dict[str, list[float]] = {name: [] for name in COST_STEPS}
-    drift: dict[str, list[float]] = {"cut graph": [], "cut graph, prompt cached": []}
+    drift: dict[str, list[float]] = {cut.value: [] for cut in Cut}
     for clip in clips:
         start = time.perf_counter()
         tokens = text_view.tokens(clip["text"], clip["lang"])
@@ -184,15 +218,13 @@ def measure(text_view: TextView, clips: list[dict]) -> tuple[dict[str, dict[str,
         shorter = text_view.to_last_word(tokens)
         text_view.full(shorter, clip["lang"])
         marks.append(time.perf_counter())
-        cut = text_view.last_only(shorter, clip["lang"])
-        marks.append(time.perf_counter())
-        cached = text_view.last_only(shorter, clip["lang"], cached_prompt=True)
-        marks.append(time.perf_counter())
+        scores["export"][clip_key(clip)] = full
+        for cut in Cut:
+            scores[cut.value][clip_key(clip)] = text_view.last_only(shorter, clip["lang"], cut)
+            marks.append(time.perf_counter())
+            drift[cut.value].append(abs(full - scores[cut.value][clip_key(clip)]))
         for index, name in enumerate(COST_STEPS):
             spent[name].append(marks[index + 1] - marks[index])
-        scores["export"][clip_key(clip)], scores["cut, prompt cached"][clip_key(clip)] = full, cached
-        drift["cut graph"].append(abs(full - cut))
-        drift["cut graph, prompt cached"].append(abs(full - cached))
     lengths = [len(text_view.tokens(c["text"], c["lang"])) for c in clips]
     tokenizer = text_view.tokenizer
     round_trip = sum(tokenizer.decode(tokenizer.encode(c["text"])) == c["text"] for c in clips)
@@ -255,8 +287,8 @@ def main() -> int:
     for frames in args.windows:
         text_view = TextView(args.models / "whisper-base", frames)
         scores, lines = measure(text_view, clips)
-        for way, by_clip in scores.items():
-            columns[f"text-only, {frames} frames, {way}"] = by_clip
+        for way in AUC_COLUMNS:
+            columns[f"text-only, {frames} frames, {way}"] = scores[way]
         costs += [f"{frames} frames: {line}" for line in lines]
         costs += [f"{frames} frames: {line}" for line in
                   profile(args.models / "whisper-base", text_view, text_view.tokens("Open the window please", "en"))]
