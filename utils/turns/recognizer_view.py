@@ -132,7 +132,7 @@ class RecognizerView:
         codes = metadata["all_language_codes"].split(",")
         self._language = dict(zip(codes, (int(t) for t in metadata["all_language_tokens"].split(",")), strict=True))
         self.cache_shape = (int(metadata["n_text_layer"]), 1, int(metadata["n_text_ctx"]),
-                             int(metadata["n_text_state"]))
+                            int(metadata["n_text_state"]))
         vocab = int(metadata["n_vocab"])
         kinds = token_kinds(model.tokens_path)
         self._continuation = continuation_bytes(model.tokens_path, vocab)

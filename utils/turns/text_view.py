@@ -8,12 +8,13 @@ has (``text`` per clip in ``features.json``) is tokenized, teacher-forced after
 output computed once per process (the encoder on a few frames of digital silence, whose log-mel
 is Whisper's floor everywhere). The reading is the recognizer view's ``ends_logit`` after the
 last word. Per fixed window it prints the AUC alone (no fit) per group of clips, beside the
-audio view (cached) and the sentence-end trigram LM, and the cost per turn on one thread of
-three ways to run it: the export as it is (logits at every position), the same over the tokens
-up to the last word only, and that with the graph cut at load time to the last position's
-logits (a Gather before the vocabulary projection):
+audio view (cached) and the sentence-end trigram LM, the cost per turn on one thread of each
+way to run it (the export as it is, with logits at every position; the same over the tokens up
+to the last word only; the graph cut at load time to the last position's logits, with the
+export's 448-slot self-attention cache or a short one, from the prompt on or after the prompt's
+cache: ``Cut``), and onnxruntime's profile of one export call:
 
-    PYTHONPATH=. python -m utils.turns.text_view --models <model cache> --windows 2 10 100
+    PYTHONPATH=. python -m utils.turns.text_view --models <model cache> --windows 2 10 100 3000
 
 The result and what it means are in docs/turns.md ("The recognizer's own view").
 """
@@ -277,7 +278,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--table", type=Path, default=TABLE)
     parser.add_argument("--models", type=Path, required=True, help="model cache with whisper-base/")
-    parser.add_argument("--windows", type=int, nargs="+", default=[2, 10, 100],
+    parser.add_argument("--windows", type=int, nargs="+", default=[2, 10, 100, 3000],
                         help="frames of silence the fixed encoder output is computed on (one column each)")
     args = parser.parse_args()
     clips = json.loads(args.table.read_text())["clips"]
