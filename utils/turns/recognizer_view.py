@@ -131,8 +131,8 @@ class RecognizerView:
         self._transcribe, self._no_timestamps = int(metadata["transcribe"]), int(metadata["no_timestamps"])
         codes = metadata["all_language_codes"].split(",")
         self._language = dict(zip(codes, (int(t) for t in metadata["all_language_tokens"].split(",")), strict=True))
-        self._cache_shape = (int(metadata["n_text_layer"]), 1, int(metadata["n_text_ctx"]),
-                             int(metadata["n_text_state"]))
+        self.cache_shape = (int(metadata["n_text_layer"]), 1, int(metadata["n_text_ctx"]),
+                            int(metadata["n_text_state"]))
         vocab = int(metadata["n_vocab"])
         kinds = token_kinds(model.tokens_path)
         self._continuation = continuation_bytes(model.tokens_path, vocab)
@@ -151,7 +151,11 @@ class RecognizerView:
         silence = mel.max() - 2.0 if self.pad_as_whisper and mel.size else 0.0
         padded = np.full((1, mel.shape[0], max(frames, 2)), silence, dtype=np.float32)
         padded[0, :, : mel.shape[1]] = mel[:, :frames]
-        cross_k, cross_v = self._encoder.run(None, {"mel": padded})
+        return self.encode_mel(padded)
+
+    def encode_mel(self, mel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The cross-attention keys and values for a normalised log-mel (1, 80, frames)."""
+        cross_k, cross_v = self._encoder.run(None, {"mel": mel})
         return cross_k, cross_v
 
     def _step(self, tokens: list[int], offset: int, caches: tuple[np.ndarray, np.ndarray],
@@ -166,7 +170,7 @@ class RecognizerView:
     def greedy(self, cross: tuple[np.ndarray, np.ndarray], lang: str) -> tuple[list[int], list[np.ndarray]]:
         """Greedy transcript tokens and the distribution at each position after the prompt's last."""
         prompt = self.prompt(lang)
-        empty = np.zeros(self._cache_shape, dtype=np.float32)
+        empty = np.zeros(self.cache_shape, dtype=np.float32)
         logits, caches = self._step(prompt, 0, (empty, empty), cross)
         distributions = [_softmax(logits[-1])]
         tokens: list[int] = []
@@ -183,11 +187,11 @@ class RecognizerView:
         """The same distributions from one decoder pass over prompt + tokens (what a server that
         already has the transcript's tokens would run)."""
         prompt = self.prompt(lang)
-        empty = np.zeros(self._cache_shape, dtype=np.float32)
+        empty = np.zeros(self.cache_shape, dtype=np.float32)
         logits, _ = self._step(prompt + tokens, 0, (empty, empty), cross)
         return [_softmax(row) for row in logits[len(prompt) - 1:]]
 
-    def _word_positions(self, tokens: list[int]) -> list[int]:
+    def word_positions(self, tokens: list[int]) -> list[int]:
         """Indices of word tokens, without the continuation bytes of a fullwidth mark ("，" is
         0xEF then byte tokens of 0x80..0xBF)."""
         positions, in_mark = [], False
@@ -201,14 +205,16 @@ class RecognizerView:
         return positions
 
     def view(self, tokens: list[int], distributions: list[np.ndarray]) -> View:
-        words = self._word_positions(tokens)
+        words = self.word_positions(tokens)
         if not words:
             return View(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, len(tokens))
-        after = distributions[words[-1] + 1]
+        return self.after_word(distributions[words[-1] + 1], float(distributions[len(tokens)][self._eot]), len(tokens))
+
+    def after_word(self, after: np.ndarray, p_eot_last: float = 0.0, tokens: int = 0) -> View:
+        """The view from the distribution after the last word (text_view.py has only that one)."""
         return View(float(after[self._mask[TokenKind.FINAL]].sum()), float(after[self._eot]),
                     float(after[self._mask[TokenKind.WORD]].sum()), float(after[self._mask[TokenKind.GOING_ON]].sum()),
-                    float(after[self._mask[TokenKind.FULLWIDTH_PREFIX]].sum()),
-                    float(distributions[len(tokens)][self._eot]), len(tokens))
+                    float(after[self._mask[TokenKind.FULLWIDTH_PREFIX]].sum()), p_eot_last, tokens)
 
     def score(self, samples: np.ndarray, lang: str) -> View:
         tokens, distributions = self.greedy(self.encode(samples), lang)
@@ -317,11 +323,11 @@ def held_out_first_look(clips: list[dict], row: Row) -> dict[str, float]:
         fitted = train.fit(*table([c for c in clips if c["speaker"] != speaker]))
         for clip in (c for c in clips if c["speaker"] == speaker):
             z = (np.array(row(clip, train.TRAIN_LOOKS_MS[0])) - fitted["mean"]) / fitted["scale"]
-            out[_key(clip)] = float(z @ np.array(fitted["weights"]) + fitted["bias"])
+            out[clip_key(clip)] = float(z @ np.array(fitted["weights"]) + fitted["bias"])
     return out
 
 
-def _key(clip: dict) -> str:
+def clip_key(clip: dict) -> str:
     return f"{clip['speaker']}/{clip['name']}"
 
 
@@ -338,12 +344,12 @@ def operating_points(clips: list[dict], group: list[dict], scores: dict[str, flo
     (optimistic); then complete and cut turns committed with each speaker's threshold chosen on
     the other speakers' cut turns (held out)."""
     complete = [c for c in group if c["complete"]]
-    inside = threshold_for([scores[_key(c)] for c in group if not c["complete"]])
-    own = sum(scores[_key(c)] > inside for c in complete) / len(complete)
+    inside = threshold_for([scores[clip_key(c)] for c in group if not c["complete"]])
+    own = sum(scores[clip_key(c)] > inside for c in complete) / len(complete)
     committed = {True: 0, False: 0}
     for clip in group:
-        others = [scores[_key(c)] for c in clips if not c["complete"] and c["speaker"] != clip["speaker"]]
-        committed[clip["complete"]] += scores[_key(clip)] > threshold_for(others)
+        others = [scores[clip_key(c)] for c in clips if not c["complete"] and c["speaker"] != clip["speaker"]]
+        committed[clip["complete"]] += scores[clip_key(clip)] > threshold_for(others)
     return own, committed[True] / len(complete), committed[False] / (len(group) - len(complete))
 
 
@@ -352,7 +358,7 @@ def combiner_table(clips: list[dict]) -> list[str]:
         "combiner (shipped 5 features)": held_out_first_look(clips, _shipped),
         "combiner + ends_logit": held_out_first_look(clips, _shipped_and_view),
         "ends_logit + silence + unfinished": held_out_first_look(clips, _view_silence_words),
-        "ends_logit alone (no fit)": {_key(c): _view(c).ends_logit() for c in clips},
+        "ends_logit alone (no fit)": {clip_key(c): _view(c).ends_logit() for c in clips},
     }
     lines = ["| clips | method | AUC | complete committed, threshold for <= 10 % cut on these clips | "
              "held-out threshold: complete committed | cut committed |", "|---|---|---|---|---|---|"]
@@ -360,7 +366,7 @@ def combiner_table(clips: list[dict]) -> list[str]:
         labels = [c["complete"] for c in group]
         for method, scores in methods.items():
             own, complete, cut = operating_points(clips, group, scores)
-            lines.append(f"| {name} | {method} | {auc([scores[_key(c)] for c in group], labels):.2f} | {own:.0%} | "
+            lines.append(f"| {name} | {method} | {auc([scores[clip_key(c)] for c in group], labels):.2f} | {own:.0%} | "
                          f"{complete:.0%} | {cut:.0%} |")
     return lines
 
