@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import os
+import platform
 import signal
 import socket
 import subprocess
@@ -27,6 +28,10 @@ from kitt_stt.models.tone_synth import ToneStyle, synthesize
 from kitt_stt.scheduler import InferenceScheduler
 
 FRAME_BYTES = 640  # 20 ms of 16 kHz int16
+
+# Where pyproject's `eot-lm` extra installs pocketsphinx 5.0.4 (Linux wheels: CPython 3.10-3.13 on
+# x86_64; none for aarch64): its tests skip only elsewhere and must find it installed here.
+POCKETSPHINX_WHEEL = platform.machine() == "x86_64" and sys.version_info < (3, 14)
 
 
 def needs_torch() -> None:

@@ -5,21 +5,18 @@ feature table says which kind each cut clip is."""
 from __future__ import annotations
 
 import json
-import platform
-import shutil
-import sys
-from pathlib import Path
 
 import pytest
 
-from utils.performance.speech import to_16k, trim_silence
+from kitt_stt.audio.wavfile import read_wav_16k_mono
+from tests.helpers import POCKETSPHINX_WHEEL
+from utils.performance.speech import trim_silence
 from utils.turns.align import align, word_cut_counts
 from utils.turns.corpus import FIXTURES, _with_cuts
 from utils.turns.extract import TABLE
 
-NO_WHEEL = platform.machine() != "x86_64" or sys.version_info >= (3, 12)
-needs_aligner = pytest.mark.skipif(NO_WHEEL or shutil.which("sox") is None,
-                                   reason="needs pocketsphinx 5.0.4 (x86_64 wheels only) and sox")
+NO_WHEEL = not POCKETSPHINX_WHEEL
+needs_aligner = pytest.mark.skipif(NO_WHEEL, reason="pocketsphinx 5.0.4 has no wheel for this platform (docs/turns.md)")
 GO_FORWARD = FIXTURES / "en_go_forward_ten_meters.wav"
 
 
@@ -29,8 +26,8 @@ def test_word_cuts_keep_about_a_third_and_two_thirds_never_all_the_words(words: 
 
 
 @needs_aligner
-def test_a_known_sentence_is_cut_mid_sentence_after_its_aligned_words(tmp_path: Path) -> None:
-    samples = trim_silence(to_16k(GO_FORWARD, tmp_path / "a.wav"))
+def test_a_known_sentence_is_cut_mid_sentence_after_its_aligned_words() -> None:
+    samples = trim_silence(read_wav_16k_mono(GO_FORWARD))
     words = align(samples, "go forward ten meters")
     assert [w.text for w in words] == ["go", "forward", "ten", "meters"]
     ends = [w.end_sample for w in words]
@@ -45,8 +42,8 @@ def test_a_known_sentence_is_cut_mid_sentence_after_its_aligned_words(tmp_path: 
 
 
 @needs_aligner
-def test_a_transcript_that_does_not_fit_gives_no_word_cuts_and_says_why(tmp_path: Path) -> None:
-    samples = trim_silence(to_16k(GO_FORWARD, tmp_path / "a.wav"))
+def test_a_transcript_that_does_not_fit_gives_no_word_cuts_and_says_why() -> None:
+    samples = trim_silence(read_wav_16k_mono(GO_FORWARD))
     notes: list[str] = []
     clips = _with_cuts("goforward", "goforward", "en", GO_FORWARD.name, samples, 2, "go forward xqzvwk meters", notes)
     assert not any(c.cut == "word" for c in clips) and len(notes) == 1 and "no word cuts" in notes[0]

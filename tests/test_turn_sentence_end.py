@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import platform
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -18,9 +18,9 @@ from kitt_stt.turn import sentence_end as lm
 from kitt_stt.turn.combiner import Combiner
 from kitt_stt.turn.fused_policy import FusedPolicy, FusedSettings
 from kitt_stt.turnsense.model import TurnPrediction
+from tests.helpers import POCKETSPHINX_WHEEL
 
-# pocketsphinx 5.0.4 has wheels for CPython 3.10/3.11 on x86_64 only (pyproject's `eot-lm` extra)
-NO_WHEEL = platform.machine() != "x86_64" or sys.version_info >= (3, 12)
+NO_WHEEL = not POCKETSPHINX_WHEEL
 needs_lm = pytest.mark.skipif(NO_WHEEL, reason="pocketsphinx 5.0.4 has no wheel for this platform (docs/turns.md)")
 
 COMPLETE = ["open the window", "go forward ten meters", "eight of spades", "close the window", "play some music"]
@@ -90,3 +90,21 @@ async def test_the_policy_weighs_the_lm_and_asks_it_off_the_event_loop(monkeypat
     assert unsure.reason is CommitReason.TIMEOUT and unsure.text_ending is not None
     assert unsure.text_ending.value == "open" and (unsure.confidence or 1.0) < 0.02
     assert asked_on and all(thread is not threading.main_thread() for thread in asked_on)
+
+
+async def test_a_busy_default_thread_pool_does_not_stretch_the_wait() -> None:
+    """The evidence runs on the policy's own thread: asyncio's default pool (uploads, file cuts,
+    warm-up) busy for 2 s must not hold a decision whose wait is 300 ms (it did: 1.95 s)."""
+    loop = asyncio.get_running_loop()
+    busy = ThreadPoolExecutor(max_workers=1)
+    loop.set_default_executor(busy)
+    blocker = loop.run_in_executor(None, time.sleep, 2.0)
+    never: asyncio.Future[TurnPrediction] = loop.create_future()  # the model does not answer
+    policy = FusedPolicy(FusedSettings(0.8, 300, (), 200), Combiner(mean=(0.0,), scale=(1.0,), weights=(1.0,),
+                                                                  bias=0.0, features=("sentence_end",)),
+                         HoldRule(enabled=False, threshold=1.01, wait_ms=300))
+    started = time.perf_counter()
+    decision = await policy.decide(TurnContext(started, never, "open the window"))
+    took_ms = (time.perf_counter() - started) * 1000.0
+    assert decision.reason is CommitReason.TIMEOUT and took_ms < 1500, took_ms
+    await blocker

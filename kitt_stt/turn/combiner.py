@@ -4,7 +4,7 @@ Its weights are a small JSON file (``fused_weights.json``) written by ``utils/tu
 from the labelled set; that script regenerates the file bit for bit. The file names its features,
 so a re-fit on other recordings may choose other candidates without a code change. Inputs are standardised with
 the training set's means and scales stored beside the weights, so the weights read as "logit per
-standard deviation". Scoring is a dot product of ten numbers: microseconds.
+standard deviation". Scoring is a dot product of a dozen numbers: microseconds.
 """
 
 from __future__ import annotations
@@ -50,10 +50,18 @@ class Combiner:
         if not features or unknown:
             raise CombinerError(f"weights name features {unknown or 'none'} that this code does not build "
                                 f"(it builds {sorted(KINDS)})")
+        if len(set(features)) != len(features):
+            raise CombinerError(f"weights name a feature twice: {list(features)}")
         mean, scale, weights = (tuple(float(v) for v in data[key]) for key in ("mean", "scale", "weights"))
         if not len(mean) == len(scale) == len(weights) == len(features):
             raise CombinerError("weights: mean, scale and weights need one entry per feature")
-        return cls(mean, scale, weights, float(data["bias"]), features)
+        bias = float(data["bias"])
+        # JSON readers accept NaN and Infinity: a NaN weight would commit every turn at once
+        if not all(math.isfinite(v) for v in (*mean, *scale, *weights, bias)):
+            raise CombinerError("weights: every mean, scale, weight and the bias must be a finite number")
+        if not all(v > 0 for v in scale):
+            raise CombinerError("weights: every scale must be > 0 (it divides the feature)")
+        return cls(mean, scale, weights, bias, features)
 
     def score(self, vector: list[float]) -> Score:
         """Confidence for a vector built in ``self.features`` order (``features.feature_vector``)."""

@@ -15,6 +15,7 @@ unsure; ``wait_ms`` (or the hold's) stays a hard upper bound.
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from kitt_stt.pipeline.eot import CommitReason, Decision, EotPolicy, HoldRule, TurnContext, answer_within, sleep_until
@@ -106,6 +107,12 @@ async def _owned_look(future: asyncio.Future[TurnPrediction] | None, remaining_m
             future.cancel()
 
 
+# One thread of its own: asyncio's default pool also serves uploads, file cuts and warm-up, and a
+# decision queued behind them could outlast its wait_ms (measured: 1.95 s for a 300 ms wait behind six
+# 2 s jobs). The work is a few ms per turn, so one thread serves every seat.
+_EVIDENCE_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="turn-evidence")
+
+
 async def _evidence(context: TurnContext) -> tuple[WordEvidence, Prosody]:
     """The words' evidence and the prosody of the turn's end, off the event loop: a few ms of numpy,
     and the sentence-end language model, which the first turn of the process reads (0.15 s)."""
@@ -114,4 +121,4 @@ async def _evidence(context: TurnContext) -> tuple[WordEvidence, Prosody]:
     def work() -> tuple[WordEvidence, Prosody]:
         return word_evidence(context.text), prosody(audio) if audio is not None and audio.size else NEUTRAL
 
-    return await asyncio.to_thread(work)
+    return await asyncio.get_running_loop().run_in_executor(_EVIDENCE_THREAD, work)

@@ -8,11 +8,13 @@ Korean: no Mandarin LM is shipped), a last word the model does not know (another
 recognizer's noise), or no model at all.
 
 The model is the 27 MB ``en-us.lm.bin`` inside the ``pocketsphinx`` wheel (CMU; BSD-2-Clause),
-read once per process on first use (0.15 s, memory-mapped), under a lock, by whichever thread
-asks first: the fused policy asks from a worker thread, never the event loop. A scoring call is
-a few microseconds. pocketsphinx has wheels for CPython 3.10/3.11 on x86_64 only: where it is not
-installed (Jetson Orin, unless built from its sdist) the feature stays neutral and a warning says
-so once (docs/turns.md).
+read once per process on first use (0.15 s; about 34 MB of the process's own memory: pocketsphinx
+reads it into the heap), under a lock, by whichever thread asks first: the fused policy asks from
+its own worker thread, never the event loop. A scoring call takes a few microseconds, also under a
+lock: the model's lookups update a cache inside it (today the GIL serialises them anyway; a
+free-threaded Python would not). pocketsphinx 5.0.4 has Linux wheels for CPython 3.10-3.13 on
+x86_64 and none for aarch64: where it is not installed (Jetson Orin, unless built from its sdist)
+the feature stays neutral and a warning says so once (docs/turns.md).
 """
 
 from __future__ import annotations
@@ -54,7 +56,8 @@ def english_words(text: str) -> list[str]:
         return []
     words: list[str] = []
     for token in _WORD.findall(text.lower().replace("’", "'")):
-        words += number_words(int(token)) if token.isdigit() else [token]
+        # a run of digits longer than any number is read as one big number (int() refuses > 4300 digits)
+        words += (number_words(int(token)) if len(token) <= 7 else ["million"]) if token.isdigit() else [token]
     return words
 
 
@@ -63,10 +66,15 @@ class SentenceEndModel:
 
     def __init__(self, ngram: Any) -> None:
         self._ngram = ngram
+        self._lookups = threading.Lock()  # the model's lookups write its internal cache
         self._base = ngram.prob(["</s>"])
 
+    def _prob(self, words: list[str]) -> int:
+        with self._lookups:
+            return int(self._ngram.prob(words))
+
     def known(self, word: str) -> bool:
-        return bool(self._ngram.prob([word]) > _UNKNOWN)
+        return self._prob([word]) > _UNKNOWN
 
     def lift(self, words: list[str]) -> float:
         """log10 P(</s> | last two words) - log10 P(</s>); 0 when the last word is unknown."""
@@ -74,7 +82,7 @@ class SentenceEndModel:
             return 0.0
         before = words[-2] if len(words) >= 2 else "<s>"
         history = [words[-1], before] if before == "<s>" or self.known(before) else [words[-1]]
-        return (self._ngram.prob(["</s>", *history]) - self._base) * _TO_LOG10
+        return (self._prob(["</s>", *history]) - self._base) * _TO_LOG10
 
 
 _lock = threading.Lock()

@@ -16,6 +16,7 @@ model is missing). The first call reads that model (0.15 s), so the policy calls
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kitt_stt.pipeline.turn_text import TextEnding, text_ending
@@ -67,7 +68,10 @@ def _complete_form(text: str) -> bool:
     return len(words) >= 3 and words[0] in _EN_QUESTION_STARTS
 
 
-def word_evidence(text: str) -> WordEvidence:
-    """Both kinds of evidence for the turn's text so far."""
+def word_evidence(text: str, end_score: Callable[[str], float] | None = None) -> WordEvidence:
+    """Both kinds of evidence for the turn's text so far. ``end_score``: the sentence-end score's
+    source, by default the LM (the training script passes the value its feature table cached, so
+    it needs no LM installed)."""
     unfinished = text_ending(text) is TextEnding.UNFINISHED
-    return WordEvidence(unfinished, not unfinished and _complete_form(text), sentence_end(text))
+    end = (end_score or sentence_end)(text)
+    return WordEvidence(unfinished, not unfinished and _complete_form(text), end)

@@ -13,7 +13,12 @@ without its speaker. Methods:
 * ``fused, no LM``: the fused policy with 0.4.0's five features (``train.WITHOUT_LM``), refitted
   leave-one-speaker-out on the same clips;
 * ``fused``: the shipped fused policy (its features ``features.FEATURES``, with the sentence-end
-  language model), its second looks at ``turn.fused_looks_ms`` included.
+  language model), its second looks at ``turn.fused_looks_ms`` included;
+* ``fused, LM absent``: the same fits, the held-out clips scored with ``sentence_end`` 0, as a
+  server without pocketsphinx scores them (Jetson Orin, the images: docs/turns.md).
+
+The sentence-end scores come from the table (``extract.py`` caches them), so the rows need no LM
+installed; only the cost line reads it.
 
 Each group's complete turns are set against its cut turns of one kind at a time (``cut``: ``pause``
 at an inner pause, ``word`` mid-sentence at an aligned word boundary; ``utils/turns/corpus.py``).
@@ -162,7 +167,8 @@ def main() -> int:
     available = load_model() is not None  # once per process, before anything else reads it
     load_ms = (time.perf_counter() - started) * 1000.0
     oofs = {"fused, no LM": leave_one_speaker_out(clips, WITHOUT_LM),
-            "fused": leave_one_speaker_out(clips, load_combiner().features)}
+            "fused": leave_one_speaker_out(clips, load_combiner().features),
+            "fused, LM absent": leave_one_speaker_out(clips, load_combiner().features, lm_absent=True)}
     print(f"{len(clips)} clips, {len({c['speaker'] for c in clips})} speakers; fused scores leave-one-speaker-out; "
           f"shipped settings: turn.threshold {config.turn.threshold}, fused_threshold {config.turn.fused_threshold}, "
           f"looks {list(config.turn.fused_looks_ms)} ms, wait {config.turn.wait_ms} ms\n")
@@ -176,7 +182,8 @@ def main() -> int:
     print(f"\nfused decision cost (prosody + words with the LM + combiner, one thread): median {median:.2f} ms, "
           f"max {worst:.2f} ms per turn (50 turns of 3 s); of it the sentence-end LM {lm_us:.0f} us per turn; "
           "reading that LM, once per process: "
-          + (f"{load_ms:.0f} ms" if available else "not available here (the report's LM rows are then neutral)"))
+          + (f"{load_ms:.0f} ms" if available else
+             "not available here (the rows use the table's cached scores; the LM's own cost is not measured)"))
     return 0
 
 

@@ -7,7 +7,8 @@ probability that the sentence ends after the transcript's last word), and the pr
 turn's end. The audio model gets ``CONTEXT_MS`` of silence
 before the speech, like the seat's ``turn.context_ms``. Whisper and TurnSense dominate the cost
 (about 1 s per clip on one core), so their outputs are cached per clip under its audio's sha1;
-the prosody is computed afresh (milliseconds).
+the prosody and the sentence-end LM's score (``sentence_end.py``) are computed afresh
+(milliseconds); the table keeps that score so training and the report need no LM installed.
 
     PYTHONPATH=. python -m utils.turns.extract    # writes utils/turns/data/features.json
 """
@@ -23,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from kitt_stt.turn.prosody import prosody
+from kitt_stt.turn.sentence_end import sentence_end
 from kitt_stt.turnsense.model import MODEL_FILE, TurnSenseModel
 from utils.turns.corpus import Clip, build
 from utils.turns.recognizer_view import RecognizerView
@@ -87,6 +89,7 @@ def main() -> int:
             features = model_outputs(clip, turnsense, whisper, args.models / "whisper-base", view)
             cached.write_text(json.dumps(features))
         features["prosody"] = [round(value, 6) for value in prosody(with_pause(clip.samples, LOOKS_MS[0])).as_list()]
+        features["sentence_end"] = sentence_end(features["text"])  # kept whole: train.py fits on it
         rows.append({"source": clip.source, "speaker": clip.speaker, "lang": clip.lang, "name": clip.name,
                      "complete": clip.complete, "cut": clip.cut, "synthetic": clip.synthetic,
                      "speech_ms": round(len(clip.samples) / 16.0), **features})

@@ -63,7 +63,9 @@ def samples(clips: list[dict], features: tuple[str, ...] = FEATURES
     """(features, labels, (clip index, look) per row)."""
     rows, labels, keys = [], [], []
     for index, clip in enumerate(clips):
-        words, prosody = word_evidence(clip["text"]), Prosody(*clip["prosody"])
+        # the sentence-end score as extract.py cached it: training needs no LM installed
+        words = word_evidence(clip["text"], lambda _text, cached=clip["sentence_end"]: cached)
+        prosody = Prosody(*clip["prosody"])
         for look in TRAIN_LOOKS_MS:
             rows.append(feature_vector(clip["p"][str(look)], look, words, prosody, features))
             labels.append(1.0 if clip["complete"] else 0.0)
@@ -74,7 +76,8 @@ def samples(clips: list[dict], features: tuple[str, ...] = FEATURES
 def fit(x: np.ndarray, y: np.ndarray, features: tuple[str, ...] = FEATURES) -> dict:
     """Standardise, then gradient descent on the class-balanced log loss plus L2; rounded."""
     mean = np.round(x.mean(axis=0), DIGITS)
-    scale = np.round(np.where(x.std(axis=0) > 1e-6, x.std(axis=0), 1.0), DIGITS)
+    spread = np.round(x.std(axis=0), DIGITS)
+    scale = np.where(spread > 0, spread, 1.0)  # checked after rounding: a tiny spread must not round to 0
     z = (x - mean) / scale
     positives = max(1.0, float(y.sum()))
     negatives = max(1.0, float(len(y) - y.sum()))
@@ -95,12 +98,14 @@ def clip_key(clip: dict) -> str:
     return f"{clip['speaker']}/{clip['name']}"
 
 
-def leave_one_speaker_out(clips: list[dict], features: tuple[str, ...] = FEATURES) -> dict[str, dict[str, float]]:
-    """Held-out confidence per clip name and look, each from a fit without the clip's speaker."""
+def leave_one_speaker_out(clips: list[dict], features: tuple[str, ...] = FEATURES,
+                          lm_absent: bool = False) -> dict[str, dict[str, float]]:
+    """Held-out confidence per clip name and look, each from a fit without the clip's speaker.
+    ``lm_absent``: score the held-out clips as a server without the LM would (sentence_end 0)."""
     out: dict[str, dict[str, float]] = {}
     for speaker in sorted({clip["speaker"] for clip in clips}):
         train = [clip for clip in clips if clip["speaker"] != speaker]
-        held = [clip for clip in clips if clip["speaker"] == speaker]
+        held = [{**clip, "sentence_end": 0.0} if lm_absent else clip for clip in clips if clip["speaker"] == speaker]
         combiner = Combiner.from_dict(fit(*samples(train, features)[:2], features))
         x, _, keys = samples(held, features)
         for row, (index, look) in zip(x, keys, strict=True):
