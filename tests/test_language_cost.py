@@ -16,10 +16,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult, StageTimer
+from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult, DecodeOptions, StageTimer
 from kitt_stt.asr.language import LanguageGuess, SegmentLanguage, TurnLanguage
 from kitt_stt.asr.ort_sense_voice import OrtSenseVoiceEngine
 from kitt_stt.asr.sense_voice_model import load_sense_voice_model
+from kitt_stt.asr.sherpa_whisper import SherpaWhisperEngine
+from kitt_stt.asr.whisper_model import load_whisper_model
+from kitt_stt.audio.wavfile import read_wav_16k_mono
 from kitt_stt.config.schema import AppConfig, AsrConfig
 from kitt_stt.pipeline.eot import SilenceTimeoutPolicy
 from kitt_stt.pipeline.seat import SeatPipeline
@@ -27,6 +30,8 @@ from kitt_stt.pipeline.settings import SessionSettings
 from kitt_stt.scheduler import InferenceScheduler
 from tests.engine_wrappers import WrappedEngine
 from tests.helpers import commits, frames_of, of_type, tone_pcm
+
+SPEECH = Path(__file__).parent / "fixtures" / "speech"
 
 
 class CountingDetections(WrappedEngine):
@@ -156,3 +161,27 @@ def test_a_kept_piece_does_not_wait_for_an_interims_guess() -> None:
     finally:
         release.set()
         interim.join(5)
+
+
+class RecordingDetector:
+    """Stands in for the Whisper language step: says en, and records whether each call was the cheap guess."""
+
+    def __init__(self) -> None:
+        self.calls: list[bool] = []
+
+    def detect(self, samples: np.ndarray, allowed: Sequence[str], provisional: bool = False) -> LanguageGuess:
+        self.calls.append(provisional)
+        return LanguageGuess("en", 0.9)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("cheap_guess", [True, False])
+def test_whisper_guesses_cheaply_for_interims_only_when_configured(whisper_dir: Path, cheap_guess: bool) -> None:
+    """``asr.whisper.language_guess_pad_frames: null`` (``cheap_guess`` False): an interim detects in full."""
+    detector = RecordingDetector()
+    engine = SherpaWhisperEngine(load_whisper_model(whisper_dir), "whisper", detector=lambda: detector,  # type: ignore[arg-type,return-value]
+                                 cheap_guess=cheap_guess)
+    audio = read_wav_16k_mono(SPEECH / "en_go_forward_ten_meters.wav")[:16000]
+    options = DecodeOptions(language="auto", languages=("zh", "en"), segment_language=TurnLanguage().segment())
+    interim = engine.decode_batch([AsrRequest(audio, options, provisional=True)])[0]
+    assert interim.lang == "en" and detector.calls == [cheap_guess]
