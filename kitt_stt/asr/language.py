@@ -11,13 +11,15 @@ Why once per segment: chunks and interims of one segment are decoded separately;
 each would let the pieces of one sentence flip between zh and en and, for Whisper, pay an
 encoder pass per piece. The first decode of a segment that has at least ``min_samples`` of audio
 so far (1.8 s) decides, reading the segment's audio from its start (not just that decode's piece, which
-may be a 300 ms chunk). Before that, pieces use the turn's language; in a turn without one, a
-piece whose text is kept (a chunk, the final's tail) makes the segment's early detection on its
-audio so far, which also sets the turn's, and a segment that ends before ``min_samples`` keeps it:
-its final's piece read the whole segment. An interim's text is replaced by the final's, so
-before any of that it decodes in a cheap guess (the caller's ``cheap``: for Whisper, less
-padding) that sets nothing. A long segment thus runs one full detection and, if an interim came
-first, one cheap guess; only a segment with a chunk cut before ``min_samples`` runs two full ones.
+may be a 300 ms chunk). Before that, pieces use the turn's language; in a turn without one, the
+first piece makes the segment's early detection on its audio so far, which also sets the turn's
+and which the segment keeps if it ends before ``min_samples``: a long first segment runs two
+full detections (the early one at its first interim, then the decision). A caller may pass a
+``cheap`` detection for a piece whose text the final replaces (an interim; for Whisper, less
+padding: ``asr.whisper.language_guess_pad_frames``): that piece then decodes in the cheap guess,
+which sets nothing, and the first kept piece (a chunk, the final's tail) makes the early
+detection, so a long segment runs one full detection and one cheap guess, and a short one
+detects once, with its final's piece, on its whole audio but on the final's path.
 The decision replaces the segment's own early detection as the turn's language without the
 switch margin: it read more of the same speech (the margin would let 0.7 s outvote 1.5 s).
 

@@ -12,8 +12,9 @@ sherpa's default 1000 for 21 % less work (docs/models.md).
 
 With "auto" and a set of allowed languages (``asr.auto_languages`` or the session's
 ``languages``), the language is detected first by our own restricted language step
-(``asr/whisper_language.py``, one full detection per segment; an interim before it may decode in
-a cheap guess with less padding, ``asr/language.py``) and the segment decodes with that language's
+(``asr/whisper_language.py``, once per segment, plus an early detection in a turn's first
+segment; with ``cheap_guess``, an interim before those decodes in a cheap guess with less
+padding instead, ``asr/language.py``) and the segment decodes with that language's
 recognizer, so detection never picks a language outside the set. The language step is built on
 its first use (``LazyDetector``): with one allowed language, or without "auto", it never is.
 """

@@ -6,10 +6,11 @@ output, so the encoder output cannot be shared with its decode. This runs what W
 ``detect_language`` runs: the encoder on the segment's log-mel, then the decoder's first step
 (the start-of-transcript token alone) whose logits at the language tokens are the language
 scores; those outside the allowed set are masked (``asr/language.py``). The pipeline runs it once
-per segment (not per chunk or interim), plus, when an interim comes before that in a turn
-without a language, one ``provisional`` guess with ``guess_pad_frames`` of padding instead of
-``pad_frames``: it only serves interims, whose text the final replaces, and most of a
-detection's cost is the padding's encoder frames (at 1 s of audio, 300 of about 370).
+per segment (not per chunk or interim), plus an early detection in a turn's first segment.
+``provisional`` asks for a cheap guess with ``guess_pad_frames`` of padding instead of
+``pad_frames`` (``asr.whisper.language_guess_pad_frames``, off by default): it only serves
+interims, whose text the final replaces, and most of a detection's cost is the padding's
+encoder frames (at 1 s of audio, 300 of about 400).
 
 Its cost is mostly the encoder, which grows with the frames it reads: sherpa-onnx appends
 ``tail_paddings`` frames of silence for decoding (700 = 7 s here); the language step reads at
