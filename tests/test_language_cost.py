@@ -17,10 +17,12 @@ import numpy as np
 import pytest
 
 from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult, DecodeOptions, StageTimer
+from kitt_stt.asr.factory import build_engine
 from kitt_stt.asr.language import LanguageGuess, SegmentLanguage, TurnLanguage
 from kitt_stt.asr.ort_sense_voice import OrtSenseVoiceEngine
 from kitt_stt.asr.sense_voice_model import load_sense_voice_model
 from kitt_stt.asr.sherpa_whisper import SherpaWhisperEngine
+from kitt_stt.asr.whisper_language import WhisperLanguageDetector
 from kitt_stt.asr.whisper_model import load_whisper_model
 from kitt_stt.audio.wavfile import read_wav_16k_mono
 from kitt_stt.config.schema import AppConfig, AsrConfig
@@ -185,3 +187,28 @@ def test_whisper_guesses_cheaply_for_interims_only_when_configured(whisper_dir: 
     options = DecodeOptions(language="auto", languages=("zh", "en"), segment_language=TurnLanguage().segment())
     interim = engine.decode_batch([AsrRequest(audio, options, provisional=True)])[0]
     assert interim.lang == "en" and detector.calls == [cheap_guess]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("guess_pad_frames", "cheap"), [(None, False), (50, True)])
+def test_the_setting_reaches_the_whisper_engine(whisper_dir: Path, monkeypatch: pytest.MonkeyPatch,
+                                               guess_pad_frames: int | None, cheap: bool) -> None:
+    """``asr.whisper.language_guess_pad_frames`` as a server builds its engine: null, the default,
+    keeps interims' full detection; a number makes them guess with that much padding."""
+    calls: list[tuple[bool, int]] = []
+    detect = WhisperLanguageDetector.detect
+
+    def recording(self: WhisperLanguageDetector, samples: np.ndarray, allowed: Sequence[str],
+                  provisional: bool = False) -> LanguageGuess:
+        calls.append((provisional, self._guess_pad_frames))
+        return detect(self, samples, allowed, provisional)
+
+    monkeypatch.setattr(WhisperLanguageDetector, "detect", recording)
+    config = AppConfig.model_validate({"asr": {"model": str(whisper_dir),
+                                               "whisper": {"language_guess_pad_frames": guess_pad_frames}}})
+    assert AppConfig().asr.whisper.language_guess_pad_frames is None
+    engine = build_engine(config)
+    audio = read_wav_16k_mono(SPEECH / "en_go_forward_ten_meters.wav")[:16000]
+    options = DecodeOptions(language="auto", languages=("zh", "en"), segment_language=TurnLanguage().segment())
+    engine.decode_batch([AsrRequest(audio, options, provisional=True)])
+    assert calls == [(cheap, 300 if guess_pad_frames is None else guess_pad_frames)]
