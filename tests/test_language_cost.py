@@ -1,7 +1,8 @@
-"""How many language detections a segment pays for (issue 20's cost): an interim before the
+"""How many language detections a segment pays for (issue 20's cost). With interims' cheap guess
+on (``asr.whisper.language_guess_pad_frames`` set; off by default), an interim before the
 segment's language is known decodes in a cheap guess, so a long first segment runs one full
 detection (not an early one and then the decision), and a short one decides once, on its whole
-audio, with the piece its final keeps."""
+audio, with the piece its final keeps; off, interims detect in full as before."""
 
 from __future__ import annotations
 
