@@ -1,13 +1,19 @@
 """What the restricted language step costs inside a real server, per segment, with the shipped settings.
 
     python utils/performance/lid_server_cost.py [--model whisper-base] [--clips N] [--pad-frames P --zh-bias B]
+        [--guess-pad-frames G] [--shipped-only] [--skip K]
 
 Streams recordings (``utils/performance/lid_corpus.py``: the fixtures first) in real time into a
-real server (config.yaml's asr, vad and interim sections; tracing on) with ``language: auto``,
-then reads the trace: per segment, the time of the ``asr.language`` spans against all of its
-ASR time (``asr.language`` + ``asr.features`` + ``asr.decode`` + ``asr.postprocess``, over every
-interim, chunk and final decode of the segment). Prints the share per segment and its median,
-and how often the final's language was right.
+real server (config.yaml's asr, vad and interim sections; tracing on; one session per recording)
+with ``language: auto``, then reads the trace: per segment, the time of the ``asr.language`` spans
+against all of its ASR time (``asr.language`` + ``asr.features`` + ``asr.decode`` +
+``asr.postprocess``, over every interim, chunk and final decode of the segment). Prints the share
+per segment (median and mean; over all segments, those shorter than the 1.8 s decision point and
+the rest), detections per segment, the finals' ``server_latency_ms``, and how often the final's
+language was right. Unless ``--shipped-only``, a second server runs the other setting of
+``asr.whisper.language_guess_pad_frames`` (shipped null: interims detect like every piece; the
+other run: ``--guess-pad-frames``, 50; shipped set: the other run is null), each recording
+streamed to one and then the other, so both are measured side by side under the same load.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +43,7 @@ from tests.helpers import collect_until, of_type, run_server, send_pcm, silence 
 from utils.performance.lid_corpus import Recording, load_corpus  # noqa: E402
 
 ASR_STAGES = ("asr.language", "asr.features", "asr.decode", "asr.postprocess")
+LONG_MS = 1800  # a segment this long (pre-roll included) reaches the decision point
 DETECTION_MS = 20.0  # an asr.language span this long ran the step (a reused guess takes microseconds)
 
 
@@ -46,58 +55,133 @@ async def _stream(url: str, rec: Recording) -> list[dict[str, Any]]:
 
 
 def _segment_times(trace: Path) -> dict[tuple[str, int], dict[str, float]]:
-    """Per segment, the milliseconds of each ASR stage, and under "detections" how many
-    ``asr.language`` spans ran the step."""
+    """Per segment, the milliseconds of each ASR stage, under "detections" how many
+    ``asr.language`` spans ran the step, and under "first_us" when its first span began."""
     with gzip.open(trace, "rt") as handle:
         events = json.load(handle)
     events = events["traceEvents"] if isinstance(events, dict) else events
     times: dict[tuple[str, int], dict[str, float]] = defaultdict(
-        lambda: {**dict.fromkeys(ASR_STAGES, 0.0), "detections": 0.0})
+        lambda: {**dict.fromkeys(ASR_STAGES, 0.0), "detections": 0.0, "first_us": float("inf")})
     for event in events:
         if event.get("name") in ASR_STAGES and "segment" in event.get("args", {}):
             args = event["args"]
             segment = times[(str(args.get("session")), int(args["segment"]))]
             segment[event["name"]] += event.get("dur", 0) / 1000.0
+            segment["first_us"] = min(segment["first_us"], float(event.get("ts", 0)))
             segment["detections"] += event["name"] == "asr.language" and event.get("dur", 0) / 1000.0 >= DETECTION_MS
     return times
+
+
+@dataclass
+class Segment:
+    """One final's segment: its audio (pre-roll included), the final's server latency, and from
+    the trace its language step and all of its ASR time."""
+
+    audio_ms: int
+    latency_ms: float
+    language_ms: float = 0.0
+    asr_ms: float = 0.0
+    detections: int = 0
+
+
+def _segments(finals_per_clip: list[list[dict[str, Any]]], trace: Path) -> list[Segment]:
+    """Each final's segment with its trace times. The trace names sessions by id; clips were
+    streamed one after another, one session each, so sessions in order of their first span are
+    the clips in order."""
+    times = _segment_times(trace)
+    first: dict[str, float] = {}
+    for (session, _segment), parts in times.items():
+        first[session] = min(first.get(session, float("inf")), parts["first_us"])
+    sessions = sorted(first, key=first.__getitem__)
+    segments = []
+    for session, finals in zip(sessions, finals_per_clip, strict=False):
+        for final in finals:
+            parts = times.get((session, int(final["segment_id"])))
+            segment = Segment(int(final["timing"]["audio_ms"]), float(final["server_latency_ms"]))
+            if parts is not None:
+                segment.language_ms = parts["asr.language"]
+                segment.asr_ms = sum(parts[stage] for stage in ASR_STAGES)
+                segment.detections = int(parts["detections"])
+            segments.append(segment)
+    return segments
+
+
+def _summary(label: str, segments: list[Segment]) -> str:
+    shares = [seg.language_ms / seg.asr_ms for seg in segments if seg.asr_ms > 0]
+    if not shares:
+        return f"{label}: no segments"
+    latencies = [seg.latency_ms for seg in segments]
+    return (f"{label}: {len(shares)} segments, language step = median {statistics.median(shares):.1%}, "
+            f"mean {statistics.mean(shares):.1%} of the segment's ASR time; "
+            f"{statistics.mean(seg.detections for seg in segments):.2f} detections per segment; "
+            f"final latency median {statistics.median(latencies):.0f} ms, mean {statistics.mean(latencies):.0f} ms")
+
+
+def _run(variants: dict[str, dict[str, Any]], model_dir: Path, shipped: dict[str, Any],
+         recordings: list[Recording]) -> dict[str, tuple[list[Segment], int]]:
+    """Stream every recording into one server per variant (its ``asr`` section), alternating
+    between them clip by clip so that the machine's load falls on all alike; per variant, its
+    segments and how many recordings came back with every final in their language."""
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
+        servers, traces = {}, {}
+        for index, (label, asr) in enumerate(variants.items()):
+            folder = Path(tmp) / str(index)
+            folder.mkdir()
+            traces[label] = folder / "trace.json.gz"
+            overrides = {"asr": {**asr, "model": str(model_dir)}, "vad": shipped["vad"],
+                         "interim": shipped["interim"], "turn": {"model": None},
+                         "tracing": {"enabled": True, "path": str(traces[label]), "flush_interval_s": 1.0}}
+            servers[label] = stack.enter_context(run_server(folder, model_dir.parent, overrides))
+        finals: dict[str, list[list[dict[str, Any]]]] = {label: [] for label in variants}
+        right = dict.fromkeys(variants, 0)
+        for rec in recordings:
+            for label, server in servers.items():
+                got = of_type(asyncio.run(_stream(server.url, rec)), "final")
+                finals[label].append(got)
+                langs = [final["lang"] for final in got if final["text"]]
+                right[label] += bool(langs) and all(lang == rec.lang for lang in langs)
+                print(f"[{label}] {rec.source}:{rec.name} ({rec.lang}): " + "; ".join(
+                    f"{f['lang']} {f['lang_probability']} {f['timing']['audio_ms']:.0f} ms of audio, final after "
+                    f"{f['server_latency_ms']:.0f} ms: {f['text']!r}" for f in got), flush=True)
+        time.sleep(2.5)  # one more flush of the traces
+        return {label: (_segments(finals[label], traces[label]), right[label]) for label in variants}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="whisper-base")
     parser.add_argument("--clips", type=int, default=15, help="recordings to stream (fixtures first)")
+    parser.add_argument("--skip", type=int, default=0, help="start at this recording (e.g. 18: the short ones)")
     parser.add_argument("--pad-frames", type=int, help="instead of asr.whisper.language_pad_frames")
     parser.add_argument("--zh-bias", type=float, help="instead of asr.whisper.language_bias's zh")
+    parser.add_argument("--guess-pad-frames", type=int, default=50,
+                        help="the other run's asr.whisper.language_guess_pad_frames when the shipped one is null")
+    parser.add_argument("--shipped-only", action="store_true", help="only the shipped config, no second server")
     args = parser.parse_args()
     shipped = yaml.safe_load((REPO / "config.yaml").read_text(encoding="utf-8"))
-    whisper = shipped["asr"]["whisper"]
+    asr = shipped["asr"]
     if args.pad_frames is not None:
-        whisper["language_pad_frames"] = args.pad_frames
+        asr["whisper"]["language_pad_frames"] = args.pad_frames
     if args.zh_bias is not None:
-        whisper["language_bias"] = {"zh": args.zh_bias}
+        asr["whisper"]["language_bias"] = {"zh": args.zh_bias}
     model = resolve_model(args.model)
-    recordings = load_corpus([])[: args.clips]
-    with tempfile.TemporaryDirectory() as tmp:
-        trace = Path(tmp) / "trace.json.gz"
-        overrides = {"asr": {**shipped["asr"], "model": str(model.directory)}, "vad": shipped["vad"],
-                     "interim": shipped["interim"], "turn": {"model": None},
-                     "tracing": {"enabled": True, "path": str(trace), "flush_interval_s": 1.0}}
-        right = 0
-        with run_server(Path(tmp), model.directory.parent, overrides) as server:
-            for rec in recordings:
-                finals = of_type(asyncio.run(_stream(server.url, rec)), "final")
-                langs = [final["lang"] for final in finals if final["text"]]
-                right += bool(langs) and all(lang == rec.lang for lang in langs)
-                print(f"{rec.source}:{rec.name} ({rec.lang}): "
-                      + "; ".join(f"{f['lang']} {f['lang_probability']} {f['text']!r}" for f in finals), flush=True)
-            time.sleep(2.5)  # one more flush of the trace
-        times = _segment_times(trace)
-    totals = {key: sum(parts[stage] for stage in ASR_STAGES) for key, parts in times.items()}
-    shares = [parts["asr.language"] / totals[key] for key, parts in times.items() if totals[key] > 0]
-    detections = [parts["detections"] for parts in times.values()]
-    print(f"\n{len(shares)} segments: language step = median {statistics.median(shares):.1%}, mean "
-          f"{statistics.mean(shares):.1%} of the segment's ASR time; {statistics.mean(detections):.2f} detections "
-          f"per segment (spans >= {DETECTION_MS:.0f} ms); finals in the right language: {right}/{len(recordings)}")
+    recordings = load_corpus([])[args.skip : args.skip + args.clips]
+    variants = {"shipped": asr}
+    if not args.shipped_only:  # the other setting of interims' language, side by side
+        other = None if asr["whisper"].get("language_guess_pad_frames") is not None else args.guess_pad_frames
+        label = f"guess {'null' if other is None else other}"
+        variants[label] = {**asr, "whisper": {**asr["whisper"], "language_guess_pad_frames": other}}
+    results = _run(variants, model.directory, shipped, recordings)
+    print()
+    for label, (segments, _right) in results.items():
+        print(f"{label}, per segment (audio ms: language ms / ASR ms = share, detections, final latency ms): "
+              + ", ".join(f"{seg.audio_ms}: {seg.language_ms:.0f}/{seg.asr_ms:.0f} = "
+                          f"{seg.language_ms / max(seg.asr_ms, 1e-9):.0%} x{seg.detections} {seg.latency_ms:.0f}"
+                          for seg in segments))
+    for label, (segments, right) in results.items():
+        print(_summary(f"{label}, all", segments) + f"; finals in the right language: {right}/{len(recordings)}")
+        print(_summary(f"{label}, short (< {LONG_MS} ms)", [seg for seg in segments if seg.audio_ms < LONG_MS]))
+        print(_summary(f"{label}, long (>= {LONG_MS} ms)", [seg for seg in segments if seg.audio_ms >= LONG_MS]))
 
 
 if __name__ == "__main__":
