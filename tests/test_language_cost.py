@@ -213,3 +213,18 @@ def test_the_setting_reaches_the_whisper_engine(whisper_dir: Path, monkeypatch: 
     options = DecodeOptions(language="auto", languages=("zh", "en"), segment_language=TurnLanguage().segment())
     engine.decode_batch([AsrRequest(audio, options, provisional=True)])
     assert calls == [(cheap, 300 if guess_pad_frames is None else guess_pad_frames)]
+
+
+def test_one_allowed_language_is_recorded_with_its_probability_for_interims_and_finals() -> None:
+    """With one allowed language nothing is detected, yet the segment records it: a short segment's
+    interim (which may guess cheaply) and final both report it with probability 1.0 (a cheap guess
+    records nothing, so taking that path lost the final's lang_probability)."""
+    def never(_audio: np.ndarray) -> LanguageGuess:
+        raise AssertionError("nothing to detect with one allowed language")
+
+    turn = TurnLanguage()
+    options = DecodeOptions(language="auto", languages=("en",), segment_language=turn.segment())
+    short = np.zeros(16000, dtype=np.int16)  # 1 s: below the decision point
+    assert options.detected_language(short, never, cheap=never) == LanguageGuess("en", 1.0)  # the interim
+    assert options.detected_language(short, never) == LanguageGuess("en", 1.0)  # the final
+    assert options.language_probability() == 1.0 and turn.guess == LanguageGuess("en", 1.0)

@@ -25,6 +25,7 @@ from kitt_stt.turn.policy_factory import build_policy
 from kitt_stt.turn.prosody import NEUTRAL, prosody
 from kitt_stt.turn.words import word_evidence
 from kitt_stt.turnsense.model import TurnPrediction
+from tests.helpers import POCKETSPHINX_WHEEL
 from utils.turns.extract import TABLE
 from utils.turns.recognizer_view import TokenKind, View, auc, continuation_bytes, threshold_for, token_kinds
 from utils.turns.train import weights_text
@@ -66,6 +67,15 @@ def test_the_training_script_regenerates_the_shipped_weights_bit_for_bit() -> No
     clips = json.loads(TABLE.read_text())["clips"]
     assert weights_text(clips) == WEIGHTS_FILE.read_text()
     assert load_combiner().weights == tuple(json.loads(WEIGHTS_FILE.read_text())["weights"])
+
+
+@pytest.mark.skipif(not POCKETSPHINX_WHEEL, reason="pocketsphinx 5.0.4 has no wheel for this platform (docs/turns.md)")
+def test_the_tables_sentence_end_scores_are_what_the_server_computes() -> None:
+    """Training reads the cached scores; if the LM's reading of a text changes, the shipped weights
+    would no longer match what a server scores: then the table must be extracted again."""
+    clips = json.loads(TABLE.read_text())["clips"]
+    assert lm.load_model() is not None, "install the eot-lm extra (make does)"
+    assert [c["sentence_end"] for c in clips] == [lm.sentence_end(c["text"]) for c in clips]
 
 
 def test_training_needs_no_language_model_installed(monkeypatch: pytest.MonkeyPatch) -> None:

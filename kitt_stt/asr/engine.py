@@ -43,7 +43,7 @@ class DecodeOptions:
         a language (``SegmentLanguage.resolve``). With one allowed language there is nothing to
         detect: it is the answer, and no detector needs to exist."""
         if len(self.languages) == 1:  # the segment still records it: its probability is reported
-            detect = cheap = _sole_language(self.languages[0])
+            detect, cheap = _sole_language(self.languages[0]), None  # a cheap guess would record nothing
         if self.segment_language is None:
             return detect(piece)
         return self.segment_language.resolve(piece, detect, cheap)

@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 class SherpaWhisperEngine(AsrEngine):
     def __init__(self, model: WhisperModel, kind: str, num_threads: int = 1, tail_paddings: int = 700,
                  task: str = "transcribe", max_recognizers: int = 2,
-                 detector: Callable[[], WhisperLanguageDetector] | None = None, cheap_guess: bool = True) -> None:
+                 detector: Callable[[], WhisperLanguageDetector] | None = None, cheap_guess: bool = False) -> None:
         self._model = model
         self._cheap_guess = cheap_guess  # interims may use the detector's provisional guess
         self._detector = LazyDetector(detector) if detector is not None and len(model.languages) > 2 else None

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from kitt_stt.turn.prosody import prosody
-from kitt_stt.turn.sentence_end import sentence_end
+from kitt_stt.turn.sentence_end import load_model, sentence_end
 from kitt_stt.turnsense.model import MODEL_FILE, TurnSenseModel
 from utils.turns.corpus import Clip, build
 from utils.turns.recognizer_view import RecognizerView
@@ -71,6 +71,9 @@ def main() -> int:
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "kitt-stt" / "eot-corpus")
     parser.add_argument("--out", type=Path, default=TABLE)
     args = parser.parse_args()
+    if load_model() is None:  # every clip's sentence_end would be 0 and the fit would learn nothing from it
+        print("extract: the sentence-end LM is not available (pip install -e '.[eot-lm]')", file=sys.stderr)
+        return 2
     clips, notes = build(args.cache)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
