@@ -10,6 +10,9 @@ without its speaker. Methods:
 * ``smart-turn``: TurnSense's p at the pause, commit at once when p >= threshold, else the timer;
 * ``smart-turn+rules``: the same, and words ending mid-phrase wait ``turn.unfinished_wait_ms``
   (the shipped 0.3.0 policy);
+* ``smart-turn+rules+LM veto``: the same, and no early commit where the sentence-end LM finds the
+  end less likely than on average (``sentence_end`` < 0: a fixed point, not fitted); a candidate,
+  not a shipped policy;
 * ``fused, no LM``: the fused policy with 0.4.0's five features (``train.WITHOUT_LM``), refitted
   leave-one-speaker-out on the same clips;
 * ``fused``: the shipped fused policy (its features ``features.FEATURES``, with the sentence-end
@@ -86,6 +89,11 @@ def methods(oofs: dict[str, Scores], config: AppConfig) -> dict[str, tuple[Metho
             return turn.unfinished_wait_ms
         return smart_turn(clip, threshold)
 
+    def with_lm_veto(clip: dict, threshold: float) -> float:
+        if clip["sentence_end"] < 0.0:  # the LM finds the end less likely than on average: no early commit
+            return turn.wait_ms
+        return with_rules(clip, threshold)
+
     def fused(oof: Scores) -> Method:
         def delay(clip: dict, threshold: float) -> float:
             if word_evidence(clip["text"]).unfinished:
@@ -102,6 +110,7 @@ def methods(oofs: dict[str, Scores], config: AppConfig) -> dict[str, tuple[Metho
     return {"vad-timer": (timer, turn.wait_ms, list(range(100, 3001, 50))),
             "smart-turn": (smart_turn, turn.threshold, thresholds),
             "smart-turn+rules": (with_rules, turn.threshold, thresholds),
+            "smart-turn+rules+LM veto": (with_lm_veto, turn.threshold, thresholds),
             **{name: (fused(oof), turn.fused_threshold, thresholds) for name, oof in oofs.items()}}
 
 
