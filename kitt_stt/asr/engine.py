@@ -35,18 +35,15 @@ class DecodeOptions:
     # word timings and confidence: computed only when asked, so decodes without them pay nothing
     words: bool = False
 
-    def detected_language(self, piece: np.ndarray, detect: Callable[[np.ndarray], LanguageGuess],
-                          cheap: Callable[[np.ndarray], LanguageGuess] | None = None) -> LanguageGuess:
+    def detected_language(self, piece: np.ndarray, detect: Callable[[np.ndarray], LanguageGuess]) -> LanguageGuess:
         """The language to decode ``piece`` in: ``detect`` (on the audio it is given) once per
-        segment when the request has a segment, else on the piece itself; ``cheap``: a cheaper
-        detection that a provisional request (an interim) may use instead before the segment has
-        a language (``SegmentLanguage.resolve``). With one allowed language there is nothing to
-        detect: it is the answer, and no detector needs to exist."""
+        segment when the request has a segment, else on the piece itself. With one allowed
+        language there is nothing to detect: it is the answer, and no detector needs to exist."""
         if len(self.languages) == 1:  # the segment still records it: its probability is reported
-            detect, cheap = _sole_language(self.languages[0]), None  # a cheap guess would record nothing
+            detect = _sole_language(self.languages[0])
         if self.segment_language is None:
             return detect(piece)
-        return self.segment_language.resolve(piece, detect, cheap)
+        return self.segment_language.resolve(piece, detect)
 
     def language_probability(self) -> float | None:
         """The detected language's probability, once the segment's language was detected."""
@@ -64,9 +61,6 @@ class AsrRequest:
     samples: np.ndarray  # int16, 16 kHz, mono
     options: DecodeOptions = DecodeOptions()
     features: FeatureStream | None = None  # the segment's incremental fbank, for engines that use one
-    # an interim: the final replaces its text, so before its segment has a language it may decode
-    # in a cheap guess (engines with an extra language pass: ``DecodeOptions.detected_language``)
-    provisional: bool = False
 
 
 @dataclass(frozen=True)

@@ -72,11 +72,10 @@ def plan_engine(config: AppConfig) -> EnginePlan:
         options = asr.whisper
         detector = partial(WhisperLanguageDetector, whisper, num_threads=asr.num_threads,
                            window_frames=options.language_window_ms // 10, pad_frames=options.language_pad_frames,
-                           bias=options.language_bias, guess_pad_frames=options.language_guess_pad_frames)
+                           bias=options.language_bias)
         construct = partial(SherpaWhisperEngine, whisper, kind=resolved.kind, num_threads=asr.num_threads,
                             tail_paddings=options.tail_paddings, task=options.task,
-                            max_recognizers=asr.max_recognizers, detector=detector,
-                            cheap_guess=options.language_guess_pad_frames is not None)
+                            max_recognizers=asr.max_recognizers, detector=detector)
     else:
         model = load_sense_voice_model(resolved.directory, prefer_int8=asr.provider is Provider.CPU)
         if asr.engine is Engine.ONNXRUNTIME:

@@ -11,17 +11,10 @@ Why once per segment: chunks and interims of one segment are decoded separately;
 each would let the pieces of one sentence flip between zh and en and, for Whisper, pay an
 encoder pass per piece. The first decode of a segment that has at least ``min_samples`` of audio
 so far (1.8 s) decides, reading the segment's audio from its start (not just that decode's piece, which
-may be a 300 ms chunk). Before that, pieces use the turn's language; in a turn without one, the
-first piece makes the segment's early detection on its audio so far, which also sets the turn's
-and which the segment keeps if it ends before ``min_samples``: a long first segment runs two
-full detections (the early one at its first interim, then the decision). A caller may pass a
-``cheap`` detection for a piece whose text the final replaces (an interim; for Whisper, less
-padding: ``asr.whisper.language_guess_pad_frames``): that piece then decodes in the cheap guess,
-which sets nothing, and the first kept piece (a chunk, the final's tail) makes the early
-detection, so a long segment runs one full detection and one cheap guess, and a short one
-detects once, with its final's piece, on its whole audio but on the final's path.
-The decision replaces the segment's own early detection as the turn's language without the
-switch margin: it read more of the same speech (the margin would let 0.7 s outvote 1.5 s).
+may be a 300 ms chunk); before that, pieces use the turn's language, or one early guess that
+also sets the turn's (so at most two detections per segment; a short segment keeps its guess).
+The decision replaces the segment's own early guess as the turn's language without the switch
+margin: it read more of the same speech (the margin would let 0.7 s outvote 1.5 s).
 
 Why per turn: a turn keeps the language its first segment decided unless a later segment's
 evidence is clearly stronger (its probability exceeds the turn's by ``switch_margin``). A turn's
@@ -140,10 +133,8 @@ class SegmentLanguage:
         self._audio = audio
         self._guess: LanguageGuess | None = None
         self._latest: LanguageGuess | None = None  # before the decision: what the pieces use
-        self._early: LanguageGuess | None = None  # this segment's own early detection, if it made one
-        self._provisional: LanguageGuess | None = None  # an interim's cheap guess: interims only
+        self._early: LanguageGuess | None = None  # this segment's own early guess, if it made one
         self._lock = threading.Lock()  # held while detecting, so concurrent pieces detect once
-        self._cheap_lock = threading.Lock()  # the same for interims' cheap guess
 
     @property
     def guess(self) -> LanguageGuess | None:
@@ -158,13 +149,9 @@ class SegmentLanguage:
         with self._lock:
             return self._guess
 
-    def resolve(self, piece: np.ndarray, detect: Callable[[np.ndarray], LanguageGuess],
-                cheap: Callable[[np.ndarray], LanguageGuess] | None = None) -> LanguageGuess:
+    def resolve(self, piece: np.ndarray, detect: Callable[[np.ndarray], LanguageGuess]) -> LanguageGuess:
         """The segment's language for a decode of ``piece``; ``detect`` runs the restricted
-        detection on the audio given, only when nothing decided the segment's language yet.
-        ``cheap`` (given for a decode whose text is replaced later, an interim): a cheaper
-        detection, enough when the segment and its turn have no language yet; what it says is
-        kept for the segment's other interims only."""
+        detection on the audio given, only when nothing decided the segment's language yet."""
         with self._lock:
             if self._guess is not None:
                 return self._guess
@@ -172,25 +159,17 @@ class SegmentLanguage:
             if turn_guess is not None and not _within(turn_guess, self._allowed):
                 turn_guess = None
             audio = self._audio() if self._audio is not None else piece
-            if audio.shape[0] >= self._min_samples:
-                self._guess = self._settled(detect(audio), provisional=self._early)
-                return self._guess
-            # too short to decide on: the turn's language if it has one, else the segment's early
-            # detection, which its kept pieces share until it has enough audio
-            if turn_guess is not None:
-                self._latest = turn_guess
-            if self._latest is not None:
+            if audio.shape[0] < self._min_samples:
+                # too short to decide on: the turn's language if it has one, else one guess that
+                # the segment's pieces share until it has enough audio (a short segment keeps it)
+                if turn_guess is not None:
+                    self._latest = turn_guess
+                elif self._latest is None:  # the turn's first words: their language is the turn's until clearly not
+                    self._early = detect(audio)
+                    self._latest = self._settled(self._early)
                 return self._latest
-            if cheap is None:  # the turn's first words: their language is the turn's until clearly not
-                self._early = detect(audio)
-                self._latest = self._settled(self._early)
-                return self._latest
-        # an interim before anything was detected: a cheap look, outside the lock so that a kept
-        # piece's detection never waits for it
-        with self._cheap_lock:
-            if self._provisional is None:
-                self._provisional = cheap(audio)
-            return self._provisional
+            self._guess = self._settled(detect(audio), provisional=self._early)
+            return self._guess
 
     def _settled(self, guess: LanguageGuess, provisional: LanguageGuess | None = None) -> LanguageGuess:
         if self._turn is None:

@@ -12,9 +12,7 @@ sherpa's default 1000 for 21 % less work (docs/models.md).
 
 With "auto" and a set of allowed languages (``asr.auto_languages`` or the session's
 ``languages``), the language is detected first by our own restricted language step
-(``asr/whisper_language.py``, once per segment, plus an early detection in a turn's first
-segment; with ``cheap_guess``, an interim before those decodes in a cheap guess with less
-padding instead, ``asr/language.py``) and the segment decodes with that language's
+(``asr/whisper_language.py``, once per segment) and the segment decodes with that language's
 recognizer, so detection never picks a language outside the set. The language step is built on
 its first use (``LazyDetector``): with one allowed language, or without "auto", it never is.
 """
@@ -43,9 +41,8 @@ log = logging.getLogger(__name__)
 class SherpaWhisperEngine(AsrEngine):
     def __init__(self, model: WhisperModel, kind: str, num_threads: int = 1, tail_paddings: int = 700,
                  task: str = "transcribe", max_recognizers: int = 2,
-                 detector: Callable[[], WhisperLanguageDetector] | None = None, cheap_guess: bool = False) -> None:
+                 detector: Callable[[], WhisperLanguageDetector] | None = None) -> None:
         self._model = model
-        self._cheap_guess = cheap_guess  # interims may use the detector's provisional guess
         self._detector = LazyDetector(detector) if detector is not None and len(model.languages) > 2 else None
         self._num_threads = num_threads
         self._tail_paddings = tail_paddings
@@ -97,10 +94,8 @@ class SherpaWhisperEngine(AsrEngine):
         if options.language != "auto" or not options.languages or self._detector is None:
             return None
         detector = self._detector
-        cheap = (lambda audio: detector.get().detect(audio, options.languages, provisional=True)) \
-            if request.provisional and self._cheap_guess else None
         return options.detected_language(request.samples,
-                                         lambda audio: detector.get().detect(audio, options.languages), cheap)
+                                         lambda audio: detector.get().detect(audio, options.languages))
 
 
 def _read_result(result: Any) -> AsrResult:

@@ -6,11 +6,7 @@ output, so the encoder output cannot be shared with its decode. This runs what W
 ``detect_language`` runs: the encoder on the segment's log-mel, then the decoder's first step
 (the start-of-transcript token alone) whose logits at the language tokens are the language
 scores; those outside the allowed set are masked (``asr/language.py``). The pipeline runs it once
-per segment (not per chunk or interim), plus an early detection in a turn's first segment.
-``provisional`` asks for a cheap guess with ``guess_pad_frames`` of padding instead of
-``pad_frames`` (``asr.whisper.language_guess_pad_frames``, off by default): it only serves
-interims, whose text the final replaces, and most of a detection's cost is the padding's
-encoder frames (at 1 s of audio, 300 of about 400).
+per segment (not per chunk or interim).
 
 Its cost is mostly the encoder, which grows with the frames it reads: sherpa-onnx appends
 ``tail_paddings`` frames of silence for decoding (700 = 7 s here); the language step reads at
@@ -89,8 +85,7 @@ def whisper_sessions(model: WhisperModel, num_threads: int) -> tuple[ort.Inferen
 
 class WhisperLanguageDetector:
     def __init__(self, model: WhisperModel, num_threads: int = 1, window_frames: int = 150, pad_frames: int = 300,
-                 bias: Mapping[str, float] | None = None, pad_as_whisper: bool = True,
-                 guess_pad_frames: int | None = None) -> None:
+                 bias: Mapping[str, float] | None = None, pad_as_whisper: bool = True) -> None:
         metadata = read_model_header(model.encoder_path).metadata
         self._sot = int(metadata["sot"])
         codes = metadata.get("all_language_codes", "en").split(",")
@@ -100,7 +95,6 @@ class WhisperLanguageDetector:
                              int(metadata["n_text_state"]))
         self._window_frames = min(window_frames, MAX_FRAMES)
         self._pad_frames = pad_frames
-        self._guess_pad_frames = pad_frames if guess_pad_frames is None else guess_pad_frames
         self._bias = dict(bias or {})
         self._pad_as_whisper = pad_as_whisper  # False: sherpa-onnx's zeros (the report's "before")
         self._encoder, self._decoder = whisper_sessions(model, num_threads)
@@ -110,20 +104,19 @@ class WhisperLanguageDetector:
         """Each language's token id (its score is the logit there)."""
         return dict(self._language_tokens)
 
-    def detect(self, samples: np.ndarray, allowed: Sequence[str], provisional: bool = False) -> LanguageGuess:
-        """The most likely of ``allowed`` for ``samples`` (int16, 16 kHz); ``provisional``: the
-        cheap guess (``guess_pad_frames`` of padding)."""
-        logits = self.language_logits(samples, self._guess_pad_frames if provisional else self._pad_frames)
+    def detect(self, samples: np.ndarray, allowed: Sequence[str]) -> LanguageGuess:
+        """The most likely of ``allowed`` for ``samples`` (int16, 16 kHz)."""
+        logits = self.language_logits(samples)
         for code, offset in self._bias.items():
             if code in self._language_tokens:
                 logits[self._language_tokens[code]] += offset
         return restricted_guess(logits, self._language_tokens, allowed)
 
-    def language_logits(self, samples: np.ndarray, pad_frames: int | None = None) -> np.ndarray:
+    def language_logits(self, samples: np.ndarray) -> np.ndarray:
         """The decoder's first-step logits over the whole vocabulary (the language scores are
-        those at the language tokens), after ``pad_frames`` of silence (default: ``pad_frames``)."""
+        those at the language tokens)."""
         mel = whisper_log_mel(speech_span(samples)[: self._window_frames * FRAME_SAMPLES])
-        frames = min(mel.shape[1] + (self._pad_frames if pad_frames is None else pad_frames), MAX_FRAMES)
+        frames = min(mel.shape[1] + self._pad_frames, MAX_FRAMES)
         silence = mel.max() - 2.0 if self._pad_as_whisper and mel.size else 0.0
         padded = np.full((1, mel.shape[0], max(frames, 2)), silence, dtype=np.float32)
         padded[0, :, : mel.shape[1]] = mel[:, :frames]

@@ -45,11 +45,6 @@ class WhisperOptions(Section):
     language_window_ms: int = Field(default=1500, ge=500, le=29_500)
     language_pad_frames: int = Field(default=300, ge=0, le=2000)
     language_bias: dict[str, float] = Field(default_factory=lambda: {"zh": 2.15})
-    # set: an interim before its segment's language is detected decodes in a guess with this much
-    # padding instead (its text is replaced; a long segment then runs one full detection, not two,
-    # but a short one detects at its final); null: interims detect like every other piece
-    # (docs/models.md, "Language detection", for what each costs)
-    language_guess_pad_frames: int | None = Field(default=None, ge=0, le=2000)
 
 
 class AsrConfig(Section):

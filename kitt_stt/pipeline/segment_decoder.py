@@ -78,7 +78,7 @@ class SegmentDecoder:
         if segment.wants_interim(audio_ms, self._config.interim) and (
                 self._admission is None or self._admission.optional_decode()):
             segment.mark_interim_requested(audio_ms)
-            self._tasks.spawn(self._run_interim(segment, turn, TailSnapshot.take(segment, audio_ms, provisional=True)))
+            self._tasks.spawn(self._run_interim(segment, turn, TailSnapshot.take(segment, audio_ms)))
 
     def _chunk_admitted(self, cut: Cut) -> bool:
         """A chunk at a pause is an optimisation: at a decode cap it is skipped (the final decodes

@@ -30,13 +30,11 @@ class TailSnapshot:
     tail_start: int = 0  # the tail's first sample in the segment buffer (where its words are placed)
 
     @classmethod
-    def take(cls, segment: Segment, audio_ms: int, provisional: bool = False) -> TailSnapshot:
-        """``provisional``: for an interim, whose text the final replaces (``AsrRequest.provisional``)."""
+    def take(cls, segment: Segment, audio_ms: int) -> TailSnapshot:
         chunks = segment.chunks
         request = None
         if chunks.tail_needs_decode:
-            request = AsrRequest(segment.buffer.view()[chunks.open_start :], segment.options, chunks.features,
-                                 provisional=provisional)
+            request = AsrRequest(segment.buffer.view()[chunks.open_start :], segment.options, chunks.features)
         return cls(audio_ms, tuple(chunks.closed), request, chunks.open_start)
 
     async def chunk_outcomes(self) -> list[DecodeOutcome] | None:

@@ -1,7 +1,7 @@
 """What the restricted language step costs inside a real server, per segment, with the shipped settings.
 
-    python utils/performance/lid_server_cost.py [--model whisper-base] [--clips N] [--pad-frames P --zh-bias B]
-        [--guess-pad-frames G] [--shipped-only] [--skip K]
+    python utils/performance/lid_server_cost.py [--model whisper-base] [--clips N] [--skip K]
+        [--pad-frames P] [--zh-bias B]
 
 Streams recordings (``utils/performance/lid_corpus.py``: the fixtures first) in real time into a
 real server (config.yaml's asr, vad and interim sections; tracing on; one session per recording)
@@ -10,10 +10,9 @@ against all of its ASR time (``asr.language`` + ``asr.features`` + ``asr.decode`
 ``asr.postprocess``, over every interim, chunk and final decode of the segment). Prints the share
 per segment (median and mean; over all segments, those shorter than the 1.8 s decision point and
 the rest), detections per segment, the finals' ``server_latency_ms``, and how often the final's
-language was right. Unless ``--shipped-only``, a second server runs the other setting of
-``asr.whisper.language_guess_pad_frames`` (shipped null: interims detect like every piece; the
-other run: ``--guess-pad-frames``, 50; shipped set: the other run is null), each recording
-streamed to one and then the other, so both are measured side by side under the same load.
+language was right. With ``--pad-frames`` or ``--zh-bias``, a second server runs that setting
+beside the shipped one, the two alternating recording by recording, so both are measured under
+the same load.
 """
 
 from __future__ import annotations
@@ -44,9 +43,7 @@ from utils.performance.lid_corpus import Recording, load_corpus  # noqa: E402
 
 ASR_STAGES = ("asr.language", "asr.features", "asr.decode", "asr.postprocess")
 LONG_MS = 1800  # a segment this long (pre-roll included) reaches the decision point
-# an asr.language span this long ran the step (a reused guess takes microseconds); a cheap interim
-# guess (65-90 ms) counts as one too
-DETECTION_MS = 20.0
+DETECTION_MS = 20.0  # an asr.language span this long ran the step (a reused guess takes microseconds)
 
 
 async def _stream(url: str, rec: Recording) -> list[dict[str, Any]]:
@@ -157,23 +154,19 @@ def main() -> None:
     parser.add_argument("--skip", type=int, default=0, help="start at this recording (e.g. 18: the short ones)")
     parser.add_argument("--pad-frames", type=int, help="instead of asr.whisper.language_pad_frames")
     parser.add_argument("--zh-bias", type=float, help="instead of asr.whisper.language_bias's zh")
-    parser.add_argument("--guess-pad-frames", type=int, default=50,
-                        help="the other run's asr.whisper.language_guess_pad_frames when the shipped one is null")
-    parser.add_argument("--shipped-only", action="store_true", help="only the shipped config, no second server")
     args = parser.parse_args()
     shipped = yaml.safe_load((REPO / "config.yaml").read_text(encoding="utf-8"))
     asr = shipped["asr"]
+    variants = {"shipped": asr}
+    whisper = dict(asr["whisper"])
     if args.pad_frames is not None:
-        asr["whisper"]["language_pad_frames"] = args.pad_frames
+        whisper["language_pad_frames"] = args.pad_frames
     if args.zh_bias is not None:
-        asr["whisper"]["language_bias"] = {"zh": args.zh_bias}
+        whisper["language_bias"] = {"zh": args.zh_bias}
+    if whisper != asr["whisper"]:  # the other setting, side by side
+        variants[f"pad {whisper['language_pad_frames']}, bias {whisper['language_bias']}"] = {**asr, "whisper": whisper}
     model = resolve_model(args.model)
     recordings = load_corpus([])[args.skip : args.skip + args.clips]
-    variants = {"shipped": asr}
-    if not args.shipped_only:  # the other setting of interims' language, side by side
-        other = None if asr["whisper"].get("language_guess_pad_frames") is not None else args.guess_pad_frames
-        label = f"guess {'null' if other is None else other}"
-        variants[label] = {**asr, "whisper": {**asr["whisper"], "language_guess_pad_frames": other}}
     results = _run(variants, model.directory, shipped, recordings)
     print()
     for label, (segments, _right) in results.items():
