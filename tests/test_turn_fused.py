@@ -27,7 +27,8 @@ from kitt_stt.turn.words import word_evidence
 from kitt_stt.turnsense.model import TurnPrediction
 from tests.helpers import POCKETSPHINX_WHEEL
 from utils.turns.extract import TABLE
-from utils.turns.recognizer_view import TokenKind, View, auc, continuation_bytes, threshold_for, token_kinds
+from utils.turns.recognizer_view import TokenKind, View, continuation_bytes, threshold_for, token_kinds
+from utils.turns.scores import auc
 from utils.turns.train import weights_text
 
 REPO = Path(__file__).resolve().parents[1]

@@ -42,6 +42,7 @@ from kitt_stt.asr.whisper_model import load_whisper_model
 from kitt_stt.turn.features import feature_vector
 from kitt_stt.turn.prosody import Prosody
 from kitt_stt.turn.words import word_evidence
+from utils.turns.scores import auc, clip_key
 
 PAD_FRAMES = 700  # as sherpa-onnx's tail_paddings in utils/turns/extract.py, with its zeros
 MAX_TOKENS = 48  # a turn's transcript is a few words; a looping decode stops here
@@ -221,16 +222,6 @@ class RecognizerView:
         return self.view(tokens, distributions)
 
 
-def auc(scores: list[float], labels: list[bool]) -> float:
-    """Probability that a random complete turn scores above a random cut one (ties count half)."""
-    positives = [s for s, y in zip(scores, labels, strict=True) if y]
-    negatives = [s for s, y in zip(scores, labels, strict=True) if not y]
-    if not positives or not negatives:
-        return float("nan")
-    wins = sum((p > n) + 0.5 * (p == n) for p in positives for n in negatives)
-    return wins / (len(positives) * len(negatives))
-
-
 def _groups(clips: list[dict]) -> list[tuple[str, list[dict]]]:
     human = [c for c in clips if not c["synthetic"]]
     return [("all clips", clips), ("human", human),
@@ -325,10 +316,6 @@ def held_out_first_look(clips: list[dict], row: Row) -> dict[str, float]:
             z = (np.array(row(clip, train.TRAIN_LOOKS_MS[0])) - fitted["mean"]) / fitted["scale"]
             out[clip_key(clip)] = float(z @ np.array(fitted["weights"]) + fitted["bias"])
     return out
-
-
-def clip_key(clip: dict) -> str:
-    return f"{clip['speaker']}/{clip['name']}"
 
 
 def threshold_for(cut_scores: list[float], max_cut: float = MAX_CUT_SHARE) -> float:

@@ -37,7 +37,8 @@ import onnxruntime as ort
 
 from kitt_stt.turn.sentence_end import sentence_end
 from utils.turns.extract import TABLE
-from utils.turns.recognizer_view import RecognizerView, View, auc, clip_key
+from utils.turns.recognizer_view import RecognizerView, View
+from utils.turns.scores import auc, clip_key
 
 # GPT-2's pre-tokenizer (what tiktoken splits on before BPE), with Python's ``re``: a letter is
 # ``[^\W\d_]``, a number ``\d``, the rest neither space nor letter nor digit.

@@ -33,6 +33,7 @@ from kitt_stt.turn.features import FEATURES, feature_vector
 from kitt_stt.turn.prosody import Prosody
 from kitt_stt.turn.words import word_evidence
 from utils.turns.extract import TABLE
+from utils.turns.scores import auc, clip_key
 
 TRAIN_LOOKS_MS = (100, 300, 600)
 STEPS = 4000
@@ -93,11 +94,6 @@ def fit(x: np.ndarray, y: np.ndarray, features: tuple[str, ...] = FEATURES) -> d
             "weights": [round(float(w), DIGITS) for w in weights], "bias": round(bias, DIGITS)}
 
 
-def clip_key(clip: dict) -> str:
-    """A clip's name in the held-out scores: names repeat across speakers."""
-    return f"{clip['speaker']}/{clip['name']}"
-
-
 def leave_one_speaker_out(clips: list[dict], features: tuple[str, ...] = FEATURES,
                           lm_absent: bool = False) -> dict[str, dict[str, float]]:
     """Held-out confidence per clip name and look, each from a fit without the clip's speaker.
@@ -132,15 +128,6 @@ def calibration(clips: list[dict], oof: dict[str, dict[str, float]], look: int =
         lines.append(f"| {lo:.1f}-{min(hi, 1.0):.1f} | {len(chosen)} | {share:.2f} | {mean:.2f} |")
     lines.append(f"\nexpected calibration error (5 bins): {gap / len(pairs):.3f}")
     return lines
-
-
-def auc(scores: list[float], labels: list[bool]) -> float:
-    """Probability that a random complete turn scores above a random cut one (ties count half)."""
-    positives = [s for s, y in zip(scores, labels, strict=True) if y]
-    negatives = [s for s, y in zip(scores, labels, strict=True) if not y]
-    if not positives or not negatives:
-        return float("nan")
-    return sum((p > n) + 0.5 * (p == n) for p in positives for n in negatives) / (len(positives) * len(negatives))
 
 
 def compare(clips: list[dict]) -> list[str]:
