@@ -108,3 +108,14 @@ async def test_a_busy_default_thread_pool_does_not_stretch_the_wait() -> None:
     took_ms = (time.perf_counter() - started) * 1000.0
     assert decision.reason is CommitReason.TIMEOUT and took_ms < 1500, took_ms
     await blocker
+
+
+async def test_weights_without_the_lm_never_ask_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A re-fit that leaves ``sentence_end`` out (turn.fused_weights) does not read the 34 MB model."""
+    asked: list[str] = []
+    monkeypatch.setattr("kitt_stt.turn.words.sentence_end", lambda text: asked.append(text) or 0.0)
+    model_only = Combiner(mean=(0.0,), scale=(1.0,), weights=(1.0,), bias=0.0, features=("model_logit",))
+    hold = HoldRule(enabled=True, threshold=1.01, wait_ms=300)
+    policy = FusedPolicy(FusedSettings(0.8, 300, (), 200), model_only, hold)
+    decision = await policy.decide(TurnContext(time.perf_counter(), _done(0.95), "open the window"))
+    assert decision.reason is CommitReason.MODEL and asked == []

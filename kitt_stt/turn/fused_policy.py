@@ -45,7 +45,7 @@ class FusedPolicy(EotPolicy):
 
     async def decide(self, context: TurnContext) -> Decision:
         settings = self.settings
-        words, shape = await _evidence(context)
+        words, shape = await _evidence(context, uses_lm="sentence_end" in self.combiner.features)
         held = self.hold.enabled and words.unfinished
         ending = (TextEnding.UNFINISHED if words.unfinished else TextEnding.OPEN) if self.hold.enabled else None
         wait_ms = self.hold.wait_ms if held else settings.wait_ms
@@ -113,12 +113,18 @@ async def _owned_look(future: asyncio.Future[TurnPrediction] | None, remaining_m
 _EVIDENCE_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="turn-evidence")
 
 
-async def _evidence(context: TurnContext) -> tuple[WordEvidence, Prosody]:
+async def _evidence(context: TurnContext, uses_lm: bool) -> tuple[WordEvidence, Prosody]:
     """The words' evidence and the prosody of the turn's end, off the event loop: a few ms of numpy,
-    and the sentence-end language model, which the first turn of the process reads (0.15 s)."""
+    and the sentence-end language model, which the first turn of the process reads (0.15 s), only
+    when the combiner weighs it (weights fitted without it do not load 34 MB for nothing)."""
     audio = context.look.audio() if context.look is not None else None
+    end_score = None if uses_lm else _no_opinion
 
     def work() -> tuple[WordEvidence, Prosody]:
-        return word_evidence(context.text), prosody(audio) if audio is not None and audio.size else NEUTRAL
+        return word_evidence(context.text, end_score), prosody(audio) if audio is not None and audio.size else NEUTRAL
 
     return await asyncio.get_running_loop().run_in_executor(_EVIDENCE_THREAD, work)
+
+
+def _no_opinion(_text: str) -> float:
+    return 0.0

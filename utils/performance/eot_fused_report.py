@@ -43,6 +43,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +52,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from kitt_stt.config.schema import AppConfig  # noqa: E402
+from kitt_stt.pipeline.turn_text import TextEnding, text_ending  # noqa: E402
 from kitt_stt.turn.combiner import load_combiner  # noqa: E402
 from kitt_stt.turn.features import feature_vector  # noqa: E402
 from kitt_stt.turn.prosody import prosody  # noqa: E402
@@ -74,6 +76,12 @@ Method = Callable[[dict, float], float]  # (clip, knob) -> commit delay in ms
 Scores = dict[str, dict[str, float]]  # held-out confidence per clip key and look
 
 
+@cache
+def _unfinished(text: str) -> bool:
+    """The words end mid-phrase (the hold rule's test), once per text: the sweeps ask it thousands of times."""
+    return text_ending(text) is TextEnding.UNFINISHED
+
+
 def methods(oofs: dict[str, Scores], config: AppConfig) -> dict[str, tuple[Method, float, list[float]]]:
     """name -> (delay function, shipped knob, knob sweep)."""
     turn, first = config.turn, config.vad.silence_ms
@@ -86,7 +94,7 @@ def methods(oofs: dict[str, Scores], config: AppConfig) -> dict[str, tuple[Metho
         return first if clip["p"]["100"] >= threshold else turn.wait_ms
 
     def with_rules(clip: dict, threshold: float) -> float:
-        if word_evidence(clip["text"]).unfinished:
+        if _unfinished(clip["text"]):
             return turn.unfinished_wait_ms
         return smart_turn(clip, threshold)
 
@@ -97,7 +105,7 @@ def methods(oofs: dict[str, Scores], config: AppConfig) -> dict[str, tuple[Metho
 
     def fused(oof: Scores) -> Method:
         def delay(clip: dict, threshold: float) -> float:
-            if word_evidence(clip["text"]).unfinished:
+            if _unfinished(clip["text"]):
                 return turn.unfinished_wait_ms
             scores = oof[clip_key(clip)]
             if scores["100"] >= threshold:
