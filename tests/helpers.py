@@ -23,8 +23,13 @@ import numpy as np
 import pytest
 import yaml
 
+from kitt_stt.asr.engine import AsrEngine
 from kitt_stt.client.session import SttSession
+from kitt_stt.config.schema import AppConfig
 from kitt_stt.models.tone_synth import ToneStyle, synthesize
+from kitt_stt.pipeline.eot import SilenceTimeoutPolicy
+from kitt_stt.pipeline.seat import SeatPipeline
+from kitt_stt.pipeline.settings import SessionSettings
 from kitt_stt.scheduler import InferenceScheduler
 
 FRAME_BYTES = 640  # 20 ms of 16 kHz int16
@@ -98,6 +103,38 @@ def commits(frames: list[dict[str, Any]], seat: str | None = None) -> list[dict[
 
 def of_type(frames: list[dict[str, Any]], kind: str, seat: str | None = None) -> list[dict[str, Any]]:
     return [f for f in frames if f["type"] == kind and (seat is None or f.get("seat") == seat)]
+
+
+async def stream_through_seat(engine: AsrEngine, config: AppConfig, settings: SessionSettings, pcm: bytes, *,
+                              wait_ms: int = 50, workers: int = 1, realtime: bool = False, admission: object = None,
+                              client_stop: bool = False, timeout: float = 10.0) -> list[dict[str, Any]]:
+    """One seat of the real pipeline on ``engine`` (its own scheduler, a silence-timeout policy of
+    ``wait_ms``): ``pcm`` pushed at once or in real-time 20 ms frames, then a client ``vad stop`` if
+    asked; its frames once it committed."""
+    scheduler = InferenceScheduler(engine, workers=workers)
+    scheduler.start()
+    frames: list[dict[str, Any]] = []
+    seat = SeatPipeline("driver", config, lambda: settings, scheduler, SilenceTimeoutPolicy(wait_ms),
+                        lambda frame: frames.append(frame.model_dump()), owner="test",
+                        admission=admission)  # type: ignore[arg-type]
+    try:
+        if realtime:
+            started = time.monotonic()
+            for index, frame in enumerate(frames_of(pcm)):
+                seat.push_audio(np.frombuffer(frame, dtype="<i2"))
+                await asyncio.sleep(max(0.0, started + (index + 1) * 0.02 - time.monotonic()))
+        else:
+            seat.push_audio(np.frombuffer(pcm, dtype="<i2"))
+        if client_stop:
+            seat.client_vad("stop")
+        deadline = time.monotonic() + timeout
+        while not commits(frames):
+            assert time.monotonic() < deadline, frames
+            await asyncio.sleep(0.01)
+    finally:
+        seat.close()
+        scheduler.stop()
+    return frames
 
 
 def free_port() -> int:

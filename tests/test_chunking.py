@@ -4,7 +4,6 @@ the final of a segment that ends in silence decodes nothing more; long speech is
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from kitt_stt.pipeline.eot import SilenceTimeoutPolicy
 from kitt_stt.pipeline.seat import SeatPipeline
 from kitt_stt.pipeline.settings import SessionSettings
 from kitt_stt.scheduler import InferenceScheduler, Priority
-from tests.helpers import running, tone_pcm
+from tests.helpers import running, stream_through_seat, tone_pcm
 
 
 class SpyEngine(AsrEngine):
@@ -57,24 +56,8 @@ async def run_seat(engine: AsrEngine, pcm: bytes, admission: object = None, clie
                    **asr: object) -> list[dict]:
     """Push ``pcm`` through one seat (then a client ``vad stop`` if asked); frames until its commit."""
     config = AppConfig.model_validate({"asr": asr, "vad": {"silence_ms": 500}, "interim": {"enabled": False}})
-    scheduler = InferenceScheduler(engine, workers=1)
-    scheduler.start()
-    frames: list[dict] = []
-    seat = SeatPipeline("driver", config, lambda: SessionSettings(interim=False), scheduler,
-                        SilenceTimeoutPolicy(50), lambda frame: frames.append(frame.model_dump()), owner="test",
-                        admission=admission)  # type: ignore[arg-type]
-    try:
-        seat.push_audio(np.frombuffer(pcm, dtype="<i2"))
-        if client_stop:
-            seat.client_vad("stop")
-        deadline = time.monotonic() + 10
-        while not any(f["type"] == "commit" for f in frames):
-            assert time.monotonic() < deadline, frames
-            await asyncio.sleep(0.01)
-    finally:
-        seat.close()
-        scheduler.stop()
-    return frames
+    return await stream_through_seat(engine, config, SessionSettings(interim=False), pcm, admission=admission,
+                                     client_stop=client_stop)
 
 
 # 400 ms pauses: webrtcvad marks ~280 ms of them unvoiced (its own hangover), longer than

@@ -6,9 +6,7 @@ language nothing is detected, yet the segment reports it."""
 
 from __future__ import annotations
 
-import asyncio
 import threading
-import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -22,12 +20,9 @@ from kitt_stt.asr.language import DEFAULT_MIN_SAMPLES, LanguageGuess, TurnLangua
 from kitt_stt.asr.ort_sense_voice import OrtSenseVoiceEngine
 from kitt_stt.asr.sense_voice_model import load_sense_voice_model
 from kitt_stt.config.schema import AppConfig, AsrConfig
-from kitt_stt.pipeline.eot import SilenceTimeoutPolicy
-from kitt_stt.pipeline.seat import SeatPipeline
 from kitt_stt.pipeline.settings import SessionSettings
-from kitt_stt.scheduler import InferenceScheduler
 from tests.engine_wrappers import WrappedEngine
-from tests.helpers import commits, frames_of, of_type, tone_pcm
+from tests.helpers import of_type, stream_through_seat, tone_pcm
 
 
 class CountingDetections(WrappedEngine):
@@ -63,25 +58,9 @@ async def _stream(engine: AsrEngine, pcm: bytes) -> list[dict[str, Any]]:
     ``language: auto`` within zh and en, fed ``pcm`` in real time; its frames."""
     config = AppConfig.model_validate({"asr": {"chunk_pause_ms": 0}, "turn": {"model": None, "wait_ms": 300},
                                        "interim": {"enabled": True, "start_ms": 1000, "min_interval_ms": 1000}})
-    scheduler = InferenceScheduler(engine, workers=2)
-    scheduler.start()
-    frames: list[dict[str, Any]] = []
     settings = SessionSettings(language="auto", interim=True, languages=("zh", "en"))
-    seat = SeatPipeline("driver", config, lambda: settings, scheduler, SilenceTimeoutPolicy(300),
-                        lambda frame: frames.append(frame.model_dump()), owner="driver")
-    try:
-        started = time.monotonic()
-        for index, frame in enumerate(frames_of(pcm + bytes(32 * 1000))):
-            seat.push_audio(np.frombuffer(frame, dtype="<i2"))
-            await asyncio.sleep(max(0.0, started + (index + 1) * 0.02 - time.monotonic()))
-        deadline = time.monotonic() + 15
-        while not commits(frames):
-            assert time.monotonic() < deadline, frames
-            await asyncio.sleep(0.02)
-    finally:
-        seat.close()
-        scheduler.stop()
-    return frames
+    return await stream_through_seat(engine, config, settings, pcm + bytes(32 * 1000), wait_ms=300, workers=2,
+                                     realtime=True, timeout=15)
 
 
 @pytest.mark.timeout(60)

@@ -2,23 +2,30 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from kitt_stt.asr.ctc import CtcResult, HotwordTrie, beam_search, greedy
-from kitt_stt.asr.engine import AsrRequest, DecodeOptions
+from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult, DecodeOptions, EngineInfo, StageTimer
+from kitt_stt.asr.language import TurnLanguage
 from kitt_stt.asr.ort_sense_voice import OrtSenseVoiceEngine
 from kitt_stt.asr.sense_voice_model import load_sense_voice_model
 from kitt_stt.asr.token_timing import timed_tokens, token_posteriors, token_runs
 from kitt_stt.asr.words import TimedToken, TimedWord, overall_confidence, words_from_tokens
-from kitt_stt.config.schema import AsrConfig
+from kitt_stt.config.schema import AppConfig, AsrConfig
 from kitt_stt.hotwords import parse_hotwords
 from kitt_stt.models.tone_synth import ToneStyle, synthesize
-from kitt_stt.pipeline.final_words import final_words
+from kitt_stt.pipeline.final_words import final_words, holds_wake
+from kitt_stt.pipeline.settings import SessionSettings
+from kitt_stt.protocol.frames import StartFrame
+from kitt_stt.server.session_updates import SessionUpdates
 from kitt_stt.text import TextSettings, TextStage, WakeSettings
 from kitt_stt.text import load as load_text_stage
+from tests.engine_wrappers import WrappedEngine
+from tests.helpers import of_type, stream_through_seat, tone_pcm
 
 FRAME_MS = 60
 
@@ -140,7 +147,11 @@ def test_a_masked_burst_scores_lower_than_clean_ones(engines) -> None:
     assert confidences[2] < min(confidences[0], confidences[1], confidences[3]) - 0.02, confidences
 
 
-def test_nothing_is_computed_when_words_are_not_asked(engines) -> None:
+def test_nothing_is_computed_when_words_are_not_asked(engines, monkeypatch: pytest.MonkeyPatch) -> None:
+    def never(*_args: object) -> None:
+        raise AssertionError("word timings computed for a decode that did not ask for them")
+
+    monkeypatch.setattr("kitt_stt.asr.ort_sense_voice.timed_tokens", never)
     audio = synthesize("打开", ToneStyle(lead_ms=300, tail_ms=300))
     result = engines["greedy"].decode_batch([AsrRequest(pcm(audio), DecodeOptions())])[0]
     assert result.text == "打开" and result.words == () and overall_confidence(result.words) is None
@@ -185,3 +196,46 @@ def test_the_wake_phrases_words_are_counted_before_itn_rewrites_the_command() ->
     assert staged.text == "温度100度36度" and staged.itn_changed
     words = [TimedWord(char, index * 100, index * 100 + 80, 0.9) for index, char in enumerate(raw)]
     assert [word.text for word in final_words(words, staged).words] == list("温度一百度三十六度")
+
+
+class RecordingWords(WrappedEngine):
+    """The tone engine, noting for each decode whether it asked for word timings, by priority."""
+
+    def __init__(self, inner: AsrEngine) -> None:
+        super().__init__(inner)
+        self.asked: list[bool] = []
+
+    def decode_batch(self, requests: Sequence[AsrRequest], timer: StageTimer | None = None) -> list[AsrResult]:
+        self.asked += [request.options.words for request in requests]
+        return self.inner.decode_batch(requests, timer)
+
+
+@pytest.mark.timeout(60)
+async def test_interims_of_a_words_session_do_not_time_words(engines) -> None:
+    """Only the final's pieces carry words: an interim's text is replaced, so timing its words (a
+    softmax over the vocabulary per token) is work nobody reads."""
+    engine = RecordingWords(engines["greedy"])
+    config = AppConfig.model_validate({"asr": {"chunk_pause_ms": 0}, "turn": {"model": None},
+                                       "interim": {"enabled": True, "start_ms": 600, "min_interval_ms": 600}})
+    settings = SessionSettings(interim=True, words=True)
+    frames = await stream_through_seat(engine, config, settings, tone_pcm("打开车门关窗", tail_ms=600), realtime=True)
+    [final] = of_type(frames, "final")
+    assert of_type(frames, "interim") and final["words"], frames
+    assert engine.asked.count(True) == 1 and engine.asked.count(False) == len(engine.asked) - 1, engine.asked
+
+
+@pytest.mark.parametrize("engine_times_words", [True, False])
+async def test_a_session_has_words_only_where_the_engine_times_them(engine_times_words: bool) -> None:
+    """Decided once, where settings are made: on an engine without word timings (Whisper) a
+    ``words: true`` session decodes without them, so nothing waits for words that cannot come (a
+    wake phrase in an interim with ``wake.min_confidence`` was held for the final there)."""
+    class Engine:
+        info = EngineInfo(name="e", kind="tone", provider="cpu", languages=("auto", "zh"), words=engine_times_words)
+
+    config = AppConfig.model_validate({"asr": {"words": True}, "wake": {"min_confidence": 0.5}})
+    updates = SessionUpdates(config, Engine(), "s")  # type: ignore[arg-type]
+    assert updates.current.words is engine_times_words
+    await updates.apply(StartFrame(type="start", words=True))
+    options = updates.current.decode_options(TurnLanguage(), lambda: np.zeros(0, dtype=np.int16))
+    assert options.words is engine_times_words
+    assert holds_wake(options, updates.current.stage) is engine_times_words

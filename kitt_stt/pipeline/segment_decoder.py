@@ -78,7 +78,7 @@ class SegmentDecoder:
         if segment.wants_interim(audio_ms, self._config.interim) and (
                 self._admission is None or self._admission.optional_decode()):
             segment.mark_interim_requested(audio_ms)
-            self._tasks.spawn(self._run_interim(segment, turn, TailSnapshot.take(segment, audio_ms)))
+            self._tasks.spawn(self._run_interim(segment, turn, TailSnapshot.take(segment, audio_ms, interim=True)))
 
     def _chunk_admitted(self, cut: Cut) -> bool:
         """A chunk at a pause is an optimisation: at a decode cap it is skipped (the final decodes
@@ -157,7 +157,7 @@ class SegmentDecoder:
                 return  # connection closing: nobody is waiting for this final
             pieces = [*earlier, outcome] if outcome is not None else earlier  # never empty: see finish
             text = join_texts(piece.result.text for piece in pieces)
-            if segment.options.words and self._scheduler.engine.info.words:
+            if segment.options.words:  # on only where the engine times words (session_updates)
                 placed = placed_words([(piece.result, start) for piece, start in zip(
                     pieces, snapshot.piece_starts(), strict=False)], segment.origin_ms)
             last = pieces[-1].result

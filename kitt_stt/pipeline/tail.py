@@ -11,7 +11,7 @@ taken synchronously, when the decode is asked for, so it is one consistent cut o
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kitt_stt.asr.engine import AsrRequest
 from kitt_stt.pipeline.chunks import ClosedChunk
@@ -30,11 +30,14 @@ class TailSnapshot:
     tail_start: int = 0  # the tail's first sample in the segment buffer (where its words are placed)
 
     @classmethod
-    def take(cls, segment: Segment, audio_ms: int) -> TailSnapshot:
+    def take(cls, segment: Segment, audio_ms: int, interim: bool = False) -> TailSnapshot:
+        """``interim``: the final replaces this decode's text, so it is not asked for word timings
+        (a softmax over the vocabulary per token, for words nobody reads)."""
         chunks = segment.chunks
         request = None
         if chunks.tail_needs_decode:
-            request = AsrRequest(segment.buffer.view()[chunks.open_start :], segment.options, chunks.features)
+            options = replace(segment.options, words=False) if interim else segment.options
+            request = AsrRequest(segment.buffer.view()[chunks.open_start :], options, chunks.features)
         return cls(audio_ms, tuple(chunks.closed), request, chunks.open_start)
 
     async def chunk_outcomes(self) -> list[DecodeOutcome] | None:

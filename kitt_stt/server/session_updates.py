@@ -36,7 +36,8 @@ class SessionUpdates:
             hotwords=parse_hotwords(asr.hotwords), eager=config.turn.eager_events,
             stage=TextStage(config.text, config.wake), switch_margin=asr.language_switch_margin,
             decide_samples=(config.vad.preroll_ms + asr.whisper.language_window_ms) * 16,
-            languages=auto_languages(asr.auto_languages, engine.info.languages), words=asr.words,
+            languages=auto_languages(asr.auto_languages, engine.info.languages),
+            words=asr.words and engine.info.words,
         )
         self._hotword_changes = HotwordChanges(config.server.hotword_changes, asr.hotwords,
                                                self.current.decode_hotwords(), biased=engine.info.hotwords)
@@ -49,7 +50,9 @@ class SessionUpdates:
             settings = settings.updated(stage=updated_stage(self.current.stage, frame.wake, frame.text))
         if frame.languages is not None:
             settings = settings.updated(languages=checked_languages(frame.languages, self._engine.info.languages))
-        settings = settings.updated(words=frame.words)
+        # words only where the engine times them: the final then carries them, and a wake phrase in an
+        # interim waits for them (final_words.holds_wake) only where they can come
+        settings = settings.updated(words=None if frame.words is None else frame.words and self._engine.info.words)
         decoding = settings.decode_hotwords()  # wake phrases are hotwords too: charged once the frame is applied
         if self._hotword_changes.charge(decoding) and decoding:
             await self._prepare_hotwords(decoding)
