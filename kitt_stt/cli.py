@@ -46,7 +46,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except (ModelError, TurnModelError) as exc:
         return _fail(f"cannot load the end-of-turn model: {exc}")
     try:
-        build_policy(config, turn_model is not None)  # each connection builds its own; refuse bad weights now
+        build_policy(config, turn_model is not None)  # each seat builds its own; refuse bad weights now
     except CombinerError as exc:
         return _fail(f"cannot load the end-of-turn decision: {exc}")
     try:

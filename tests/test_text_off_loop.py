@@ -230,6 +230,20 @@ async def test_a_turn_whose_restaging_fails_commits_its_finals_with_their_wake(c
     assert decision is not None and decision.action is TurnAction.COMMIT, decision
 
 
+
+@pytest.mark.parametrize("command", ["打开车门", "打开车门" * 60])
+def test_a_turn_staged_on_the_loop_falls_back_the_same_way(command: str, monkeypatch) -> None:
+    """The same fallback when the stage runs in-process (a final that arrived after the off-loop
+    run): the turn itself owns it, so every caller of ``staged`` gets it."""
+    stage = TextStage(wake=WakeSettings(mode=WakeMode.REQUIRED, phrases=("你好小凯",)))
+
+    def broken(*args: object, **kwargs: object) -> StagedText:
+        raise RuntimeError("the text stage failed")
+
+    monkeypatch.setattr(stage, "final", broken)
+    staged = woken_turn(stage, command).staged()
+    assert staged.text == command and staged.wake is not None and staged.wake.rest == command
+
 def itn_workers(pid: int) -> dict[int, str]:
     """Command lines of ``pid``'s children that multiprocessing spawned, by pid."""
     found = {}

@@ -58,13 +58,19 @@ class Turn:
         ("你好" | "小凯打开", "二十" | "六度") is still found; a long one joins its finals as they were
         sent, because ITN's cost grows with the text and the commit waits for it (``docs/text.md``).
         The result is kept until another final arrives: ``turn_eager`` and the commit share it;
-        :meth:`stage_off_loop` makes it ready without running ITN on the event loop."""
+        :meth:`stage_off_loop` makes it ready without running ITN on the event loop. A fault in the
+        stage gives the finals as sent, wake and all (it must not cost the turn its commit, nor a
+        command its wake)."""
         finals = self._finals()
         if self._staged is not None and self._staged[0] == finals:
             return self._staged[1]
         restage = self._restage(finals)
-        staged = (self.stage.final(*restage, self.engine_itn, detect_wake=not self.wake_refused) if restage
-                  else self.as_sent(finals))
+        try:
+            staged = (self.stage.final(*restage, self.engine_itn, detect_wake=not self.wake_refused) if restage
+                      else self.as_sent(finals))
+        except Exception:
+            log.exception("text stage failed on a turn; committing its finals as they were sent")
+            staged = self.as_sent(finals)
         self._staged = (finals, staged)
         return staged
 

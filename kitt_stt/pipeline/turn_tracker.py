@@ -117,7 +117,7 @@ class TurnTracker:
         the lower turn_id), nor for a decision that speech has already overtaken."""
         if not self._deciding(turn) or turn.eager_sent:
             return
-        staged = self._staged(turn)
+        staged = turn.staged()
         wake = self._wake_gate.peek(turn.stage.wake_settings, staged, turn.start_ms)
         if not staged.text or (wake is not None and wake.action is not TurnAction.COMMIT):
             return
@@ -200,17 +200,8 @@ class TurnTracker:
         self._emit(WakeFrame(seat=self._seat, segment_id=segment_id, phrase=wake.phrase, text=wake.heard,
                              audio_ms=audio_ms))
 
-    def _staged(self, turn: Turn) -> StagedText:
-        """The turn through the text stage; its finals as they were sent if the stage fails (a fault
-        there must not cost the turn its commit, nor a woken command its wake)."""
-        try:
-            return turn.staged()
-        except Exception:
-            log.exception("text stage failed on a turn; committing its finals as they were sent")
-            return turn.as_sent()
-
     def _commit(self, turn: Turn, decision: Decision) -> None:
-        staged = self._staged(turn)
+        staged = turn.staged()
         if not staged.text and staged.wake is None:  # only noise: the client saw its empty finals
             if self._commit_empty:
                 self._emit_commit(turn, decision, staged.text, None)

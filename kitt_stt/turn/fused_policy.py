@@ -47,7 +47,7 @@ class FusedPolicy(EotPolicy):
         settings = self.settings
         words, shape = await _evidence(context, uses_lm="sentence_end" in self.combiner.features)
         held = self.hold.enabled and words.unfinished
-        ending = (TextEnding.UNFINISHED if words.unfinished else TextEnding.OPEN) if self.hold.enabled else None
+        ending = context.ending(self.hold)
         wait_ms = self.hold.wait_ms if held else settings.wait_ms
         threshold = self.hold.threshold if held else settings.threshold
         prediction = await answer_within(context.prediction, wait_ms - context.waited_ms())

@@ -47,6 +47,7 @@ from kitt_stt.config.schema import AppConfig  # noqa: E402
 from tests.helpers import FRAME_BYTES, deep_merge, run_server, send_pcm  # noqa: E402
 from utils.performance.speech import espeak, to_16k, trim_silence  # noqa: E402
 from utils.performance.toolkit.stats import nearest_rank  # noqa: E402
+from utils.turns.scores import auc  # noqa: E402
 
 ENGLISH = [
     ("open the car door please", "open the car door and"),
@@ -204,13 +205,6 @@ def parse_setting(spec: str) -> tuple[str, dict]:
     return name, overrides
 
 
-def auc(positives: list[float], negatives: list[float]) -> float | None:
-    if not positives or not negatives:
-        return None
-    wins = sum((p > n) + 0.5 * (p == n) for p in positives for n in negatives)
-    return wins / (len(positives) * len(negatives))
-
-
 async def evaluate(corpus: list[Utterance], settings: list[str], cache: Path, work: Path, seats: int,
                    silence_ms: int, pause_ms: int) -> list[Outcome]:
     outcomes: list[Outcome] = []
@@ -265,9 +259,8 @@ def report(outcomes: list[Outcome], names: list[str]) -> str:
     for source in sorted({o.source for o in first}):
         pos = [o.probability for o in first if o.source == source and o.complete and o.probability is not None]
         neg = [o.probability for o in first if o.source == source and not o.complete and o.probability is not None]
-        area = auc(pos, neg)
-        lines.append(f"| {source} | {area:.2f} | {np.median(pos):.3f} | {np.median(neg):.3f} |"
-                     if area is not None else f"| {source} | - | - | - |")
+        lines.append(f"| {source} | {auc(pos + neg, [True] * len(pos) + [False] * len(neg)):.2f} | "
+                     f"{np.median(pos):.3f} | {np.median(neg):.3f} |" if pos and neg else f"| {source} | - | - | - |")
     return "\n".join(lines)
 
 

@@ -58,7 +58,7 @@ from kitt_stt.turn.features import feature_vector  # noqa: E402
 from kitt_stt.turn.prosody import prosody  # noqa: E402
 from kitt_stt.turn.sentence_end import load_model, sentence_end  # noqa: E402
 from kitt_stt.turn.words import word_evidence  # noqa: E402
-from utils.performance.workload import nearest_rank  # noqa: E402
+from utils.performance.toolkit.stats import nearest_rank  # noqa: E402
 from utils.turns.extract import TABLE  # noqa: E402
 from utils.turns.scores import clip_key  # noqa: E402
 from utils.turns.train import WITHOUT_LM, leave_one_speaker_out  # noqa: E402
