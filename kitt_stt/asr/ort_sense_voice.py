@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnxruntime as ort
 
-from kitt_stt.asr.ctc import HotwordTrie, PieceIndex, beam_search, greedy, tokenize_hotwords
+from kitt_stt.asr.ctc import CtcResult, HotwordTrie, PieceIndex, beam_search, greedy, tokenize_hotwords
 from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult, DecodeOptions, EngineInfo, StageTimer
 from kitt_stt.asr.features import FeatureStream, apply_lfr, log_mel
 from kitt_stt.asr.language import LanguageGuess, restricted_guess
@@ -39,8 +39,8 @@ from kitt_stt.quote import quoted
 log = logging.getLogger(__name__)
 
 PREFIX_FRAMES = 4
-SECONDS_PER_FRAME = 0.06
 FRAME_MS = 60  # one LFR frame: 6 fbank frames of 10 ms
+SECONDS_PER_FRAME = FRAME_MS / 1000.0
 
 
 class InputTooLong(ValueError):
@@ -178,8 +178,7 @@ class OrtSenseVoiceEngine(AsrEngine):
         text = "".join(body)
         words: tuple[TimedWord, ...] = ()
         if request.options.words:  # only when asked: a softmax over the vocabulary per token
-            tokens = timed_tokens(logits, length, decoded, symbols, PREFIX_FRAMES, FRAME_MS)
-            words = tuple(words_from_tokens(token for token in tokens if not _is_tag(token.text)))
+            words = body_words(logits, length, decoded, symbols)
         return AsrResult(
             text=strip_tags(text),
             tokens=body,
@@ -199,6 +198,13 @@ class OrtSenseVoiceEngine(AsrEngine):
             log.warning("%d of %d hotwords have no tokens in this model's vocabulary and are ignored: %s%s",
                         len(unmatched), len(hotwords), shown, ", …" if len(unmatched) > 5 else "")
         return HotwordTrie(entries)
+
+
+def body_words(logits: np.ndarray, length: int, decoded: CtcResult, symbols: list[str]) -> tuple[TimedWord, ...]:
+    """The timed words of a decode: its tokens after the query prefix, tags left out (the
+    engine's word step, shared with ``utils/performance/words_bench.py`` so it times this code)."""
+    tokens = timed_tokens(logits, length, decoded, symbols, PREFIX_FRAMES, FRAME_MS)
+    return tuple(words_from_tokens(token for token in tokens if not _is_tag(token.text)))
 
 
 def _is_tag(symbol: str) -> bool:

@@ -30,10 +30,9 @@ sys.path.insert(0, str(REPO))
 
 from kitt_stt.asr.ctc import greedy  # noqa: E402
 from kitt_stt.asr.engine import AsrRequest, DecodeOptions  # noqa: E402
-from kitt_stt.asr.ort_sense_voice import OrtSenseVoiceEngine  # noqa: E402
+from kitt_stt.asr.ort_sense_voice import OrtSenseVoiceEngine, body_words  # noqa: E402
 from kitt_stt.asr.sense_voice_model import load_sense_voice_model  # noqa: E402
-from kitt_stt.asr.token_timing import timed_tokens  # noqa: E402
-from kitt_stt.asr.words import overall_confidence, words_from_tokens  # noqa: E402
+from kitt_stt.asr.words import overall_confidence  # noqa: E402
 from kitt_stt.config.schema import AsrConfig  # noqa: E402
 from kitt_stt.models.tone_model import build_tone_model  # noqa: E402
 from kitt_stt.models.tone_synth import ToneStyle, synthesize  # noqa: E402
@@ -118,9 +117,7 @@ def main() -> int:
 
     def words_on() -> None:
         decoded = greedy(logits, length)
-        body = [symbols[token] for token in decoded.token_ids]
-        words = words_from_tokens(timed_tokens(logits, length, decoded, body, 4, 60))
-        overall_confidence(words)
+        overall_confidence(body_words(logits, length, decoded, [symbols[token] for token in decoded.token_ids]))
 
     report("SenseVoice-shaped CTC step (25,055 tokens, 54 frames, 12 tokens)",
            *side_by_side(lambda: greedy(logits, length), words_on, args.repeats))
