@@ -19,7 +19,7 @@ from typing import Any
 from kitt_stt.asr.engine import AsrResult, DecodeOptions
 from kitt_stt.asr.words import TimedWord, overall_confidence
 from kitt_stt.protocol.frames import WordFrame
-from kitt_stt.text import StagedText, TextStage
+from kitt_stt.text import StagedText, TextStage, visible_chars
 
 
 @dataclass(frozen=True)
@@ -53,10 +53,6 @@ def placed_words(pieces: Sequence[tuple[AsrResult, int]], origin_ms: int) -> lis
     return [word.shifted(origin_ms + start // 16) for result, start in pieces for word in result.words]
 
 
-def _chars(text: str) -> list[str]:
-    return [char for char in text if not char.isspace()]
-
-
 def final_words(words: Sequence[TimedWord], staged: StagedText) -> FinalWords:
     """``words`` (as recognised, in order) matched to ``staged`` (the final as it will be sent):
     the wake match took ``staged.wake_chars`` characters off the front (the phrase and the
@@ -64,10 +60,10 @@ def final_words(words: Sequence[TimedWord], staged: StagedText) -> FinalWords:
     wake's. The rest take their characters from the sent text only where that is a one-for-one
     rewrite (script conversion); where ITN rewrote it they stay as the engine wrote them."""
     confidence = overall_confidence(words)
-    sent_chars = _chars(staged.text)
+    sent_chars = visible_chars(staged.text)
     wake_count = _words_covering(words, staged.wake_chars) if staged.wake is not None else 0
     wake_words, sent = list(words[:wake_count]), list(words[wake_count:])
-    if not staged.itn_changed and sum(len(_chars(word.text)) for word in sent) == len(sent_chars):
+    if not staged.itn_changed and sum(len(visible_chars(word.text)) for word in sent) == len(sent_chars):
         sent = _rewritten(sent, sent_chars)
     wake_confidence = min((word.confidence for word in wake_words), default=None)
     return FinalWords(tuple(sent), confidence, wake_confidence)
@@ -76,7 +72,7 @@ def final_words(words: Sequence[TimedWord], staged: StagedText) -> FinalWords:
 def _rewritten(words: Sequence[TimedWord], written: Sequence[str]) -> list[TimedWord]:
     out, position = [], 0
     for word in words:
-        count = len(_chars(word.text))
+        count = len(visible_chars(word.text))
         out.append(replace(word, text="".join(written[position : position + count])))
         position += count
     return out
@@ -88,6 +84,6 @@ def _words_covering(words: Sequence[TimedWord], characters: int) -> int:
     for word in words:
         if seen >= characters:
             break
-        seen += len(_chars(word.text))
+        seen += len(visible_chars(word.text))
         count += 1
     return count

@@ -21,7 +21,7 @@ from kitt_stt.text.itn import InverseNormalizer, ItnParams, WetextNormalizer
 from kitt_stt.text.language import TextLanguage, text_language
 from kitt_stt.text.offload import ItnWorker
 from kitt_stt.text.script import OpenCCConverter, ScriptConverter, ScriptMode
-from kitt_stt.text.stage import StagedText, TextSettings, TextStage, load
+from kitt_stt.text.stage import StagedText, TextSettings, TextStage, load, visible_chars
 from kitt_stt.text.wake import (
     PinyinWakeDetector,
     WakeDetector,
@@ -55,5 +55,6 @@ __all__ = [
     "WetextNormalizer",
     "load",
     "text_language",
+    "visible_chars",
     "wake_hotwords",
 ]

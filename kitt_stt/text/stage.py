@@ -140,7 +140,7 @@ class TextStage:
         match = None if self._detector is None else self._detector.detect(text)
         if match is None:
             return StagedText(text)
-        return StagedText(match.rest, match, wake_chars=_visible(text) - _visible(match.rest))
+        return StagedText(match.rest, match, wake_chars=len(visible_chars(text)) - len(visible_chars(match.rest)))
 
 
 def load(itn_worker: bool = False) -> None:
@@ -157,6 +157,7 @@ def load(itn_worker: bool = False) -> None:
         WetextNormalizer.load()
 
 
-def _visible(text: str) -> int:
-    """Characters that are not spaces: what a final's words are counted in."""
-    return sum(not char.isspace() for char in text)
+def visible_chars(text: str) -> list[str]:
+    """The characters that are not spaces: what a final's words are counted in, here (the wake's
+    share, ``wake_chars``) and where the words are matched to the sent text (``pipeline/final_words``)."""
+    return [char for char in text if not char.isspace()]
