@@ -5,5 +5,5 @@ deterministic training of the fused decision's weights (``train``), the clip nam
 score with (``scores``), and the measurement of
 whisper-base's own view of the end of a turn (``recognizer_view``, measured, not in the policy)
 and of its decoder alone as a text-only sentence-end LM (``text_view``, measured, not adopted),
-and how far any linear weighing of all these signals could get towards issue 23's targets, even
-fitted on the clips it scores (``ceiling``)."""
+and how far each family of these signals is from issue 23's targets on held-out speakers
+(``targets``)."""

@@ -300,20 +300,21 @@ def _view_silence_words(clip: dict, look: int) -> list[float]:
     return [_view(clip).ends_logit(), look / 1000.0, float(word_evidence(clip["text"]).unfinished)]
 
 
-def held_out_first_look(clips: list[dict], row: Row) -> dict[str, float]:
-    """Leave-one-speaker-out logit at the first look: train.py's fit (same looks, same steps) on
-    the other speakers' clips, then the held-out speaker's."""
+def held_out_logits(clips: list[dict], row: Row, look: int | None = None) -> dict[str, float]:
+    """Leave-one-speaker-out logit at ``look`` (default: the first look): train.py's fit (same
+    looks, same steps) on the other speakers' clips, then the held-out speaker's."""
     from utils.turns import train  # here, not above: train imports extract, which imports this module
 
     def table(chosen: list[dict]) -> tuple[np.ndarray, np.ndarray]:
         pairs = [(row(clip, look), clip["complete"]) for clip in chosen for look in train.TRAIN_LOOKS_MS]
         return np.array([x for x, _ in pairs], dtype=np.float64), np.array([float(y) for _, y in pairs])
 
+    at = train.TRAIN_LOOKS_MS[0] if look is None else look
     out: dict[str, float] = {}
     for speaker in sorted({c["speaker"] for c in clips}):
         fitted = train.fit(*table([c for c in clips if c["speaker"] != speaker]))
         for clip in (c for c in clips if c["speaker"] == speaker):
-            z = (np.array(row(clip, train.TRAIN_LOOKS_MS[0])) - fitted["mean"]) / fitted["scale"]
+            z = (np.array(row(clip, at)) - fitted["mean"]) / fitted["scale"]
             out[clip_key(clip)] = float(z @ np.array(fitted["weights"]) + fitted["bias"])
     return out
 
@@ -327,9 +328,9 @@ def threshold_for(cut_scores: list[float], max_cut: float = MAX_CUT_SHARE) -> fl
 
 
 def operating_points(clips: list[dict], group: list[dict], scores: dict[str, float]) -> tuple[float, float, float]:
-    """Complete turns committed at the first look with the threshold chosen on this group itself
-    (optimistic); then complete and cut turns committed with each speaker's threshold chosen on
-    the other speakers' cut turns (held out)."""
+    """Complete turns committed (scored at whichever look ``scores`` were taken) with the threshold
+    chosen on this group's own cut turns (optimistic); then complete and cut turns committed with
+    each speaker's threshold chosen on the other speakers' cut turns (held out)."""
     complete = [c for c in group if c["complete"]]
     inside = threshold_for([scores[clip_key(c)] for c in group if not c["complete"]])
     own = sum(scores[clip_key(c)] > inside for c in complete) / len(complete)
@@ -342,9 +343,9 @@ def operating_points(clips: list[dict], group: list[dict], scores: dict[str, flo
 
 def combiner_table(clips: list[dict]) -> list[str]:
     methods = {
-        "combiner (shipped 5 features)": held_out_first_look(clips, _shipped),
-        "combiner + ends_logit": held_out_first_look(clips, _shipped_and_view),
-        "ends_logit + silence + unfinished": held_out_first_look(clips, _view_silence_words),
+        "combiner (shipped 5 features)": held_out_logits(clips, _shipped),
+        "combiner + ends_logit": held_out_logits(clips, _shipped_and_view),
+        "ends_logit + silence + unfinished": held_out_logits(clips, _view_silence_words),
         "ends_logit alone (no fit)": {clip_key(c): _view(c).ends_logit() for c in clips},
     }
     lines = ["| clips | method | AUC | complete committed, threshold for <= 10 % cut on these clips | "

@@ -74,24 +74,21 @@ def samples(clips: list[dict], features: tuple[str, ...] = FEATURES
     return np.array(rows, dtype=np.float64), np.array(labels), keys
 
 
-def fit(x: np.ndarray, y: np.ndarray, features: tuple[str, ...] = FEATURES,
-        negative_weight: float = 1.0, l2: float = L2) -> dict:
-    """Standardise, then gradient descent on the class-balanced log loss plus L2; rounded.
-    ``negative_weight`` > 1 makes a cut turn scored as complete costlier than the reverse (the
-    ceiling study, ``ceiling.py``, fits for the patient end of the curve); the shipped fit uses 1."""
+def fit(x: np.ndarray, y: np.ndarray, features: tuple[str, ...] = FEATURES) -> dict:
+    """Standardise, then gradient descent on the class-balanced log loss plus L2; rounded."""
     mean = np.round(x.mean(axis=0), DIGITS)
     spread = np.round(x.std(axis=0), DIGITS)
     scale = np.where(spread > 0, spread, 1.0)  # checked after rounding: a tiny spread must not round to 0
     z = (x - mean) / scale
     positives = max(1.0, float(y.sum()))
     negatives = max(1.0, float(len(y) - y.sum()))
-    sample_weight = np.where(y > 0.5, len(y) / (2 * positives), negative_weight * len(y) / (2 * negatives))
+    sample_weight = np.where(y > 0.5, len(y) / (2 * positives), len(y) / (2 * negatives))
     weights = np.zeros(z.shape[1])
     bias = 0.0
     for _ in range(STEPS):
         predicted = 1.0 / (1.0 + np.exp(-(z @ weights + bias)))
         error = (predicted - y) * sample_weight
-        weights -= LEARNING_RATE * (z.T @ error / len(y) + l2 * weights)
+        weights -= LEARNING_RATE * (z.T @ error / len(y) + L2 * weights)
         bias -= LEARNING_RATE * float(error.mean())
     return {"features": list(features), "mean": [float(v) for v in mean], "scale": [float(v) for v in scale],
             "weights": [round(float(w), DIGITS) for w in weights], "bias": round(bias, DIGITS)}
