@@ -11,7 +11,7 @@ import pytest
 from utils.turns.extract import TABLE
 from utils.turns.recognizer_view import held_out_logits, operating_points
 from utils.turns.scores import auc, clip_key
-from utils.turns.targets import FAMILIES, TARGET_LOOKS_MS, VIEW_ALONE, held_out_scores, needed
+from utils.turns.targets import FITTED, TARGET_LOOKS_MS, VIEW_ALONE, held_out_scores, needed, table
 from utils.turns.train import COMPARE_GROUPS
 
 
@@ -61,23 +61,35 @@ def human_english() -> tuple[list[dict], list[dict], dict[int, dict[str, dict[st
 @pytest.mark.parametrize(("family", "look", "own", "spoken"), [
     ("shipped features (p, silence, words, LM, final pitch)", 300, 6, 6),
     ("shipped features (p, silence, words, LM, final pitch)", 1000, 4, 4),
+    ("shipped + all prosody", 1000, 4, 4),
     ("shipped + recognizer's view (~370 ms a turn)", 1000, 7, 3),
+    ("falling final pitch alone", 1000, 13, 1),
     (VIEW_ALONE, 1000, 12, 9),
 ])
-def test_on_the_shipped_table_held_out_no_family_commits_the_complete_turns_the_targets_need(
+def test_on_the_shipped_table_held_out_nothing_commits_what_the_p95_needs(
         human_english: tuple[list[dict], list[dict], dict[int, dict[str, dict[str, float]]]], family: str,
         look: int, own: int, spoken: int) -> None:
-    """docs/turns.md ("How far from the targets"): the counts are pinned both ways, and each is
-    short of what the look's percentile needs of the 21 complete human English turns."""
+    """docs/turns.md ("How far from the targets"): the counts are pinned both ways; at the 1000 ms
+    look each is short of the 20 of 21 complete human English turns the p95 needs."""
     clips, group, by_look = human_english
     complete = sum(c["complete"] for c in group)
     own_share, spoken_share, cut = operating_points(clips, group, by_look[look][family])
     assert (round(own_share * complete), round(spoken_share * complete)) == (own, spoken)
-    assert max(own, spoken) < needed(complete, TARGET_LOOKS_MS[look])
     assert cut <= 0.10
+    if look == 1000:
+        assert max(own, spoken) < needed(complete, TARGET_LOOKS_MS[look])
 
 
-def test_every_family_builds_rows_of_one_width_at_every_look() -> None:
+def test_the_printed_table_puts_each_count_under_its_look() -> None:
+    rows = table(json.loads(TABLE.read_text())["clips"])
+    shipped = next(r for r in rows if r.startswith("| human en: 21 complete (needed: 11 by 300 ms, 20 by 1000 ms)")
+                   and "| shipped features" in r)
+    assert shipped.endswith("| 0.67 | 6 | 6 (10%) | 4 | 4 (10%) |")
+    pitch = next(r for r in rows if r.startswith("| human en: ") and "| falling final pitch alone |" in r)
+    assert pitch.endswith("| 0.67 | 13 | 1 (2%) | 13 | 1 (2%) |")
+
+
+def test_every_fitted_family_builds_rows_of_one_width_at_every_look() -> None:
     clip = json.loads(TABLE.read_text())["clips"][0]
-    for row in FAMILIES.values():
+    for row in FITTED.values():
         assert len({len(row(clip, look)) for look in (100, 300, 600, 1000)}) == 1

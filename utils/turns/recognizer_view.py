@@ -230,7 +230,8 @@ def _groups(clips: list[dict]) -> list[tuple[str, list[dict]]]:
             ("synthetic", [c for c in clips if c["synthetic"]])]
 
 
-def _view(clip: dict) -> View:
+def clip_view(clip: dict) -> View:
+    """The view extract.py cached beside the clip (the studies read it without the models)."""
     return View(**clip["view"])
 
 
@@ -248,7 +249,7 @@ def alone_table(clips: list[dict]) -> list[str]:
              "|---" * (len(VIEW_FEATURES) + 2) + "|"]
     for name, group in _groups(clips):
         labels = [c["complete"] for c in group]
-        cells = [f"{auc([read(_view(c)) for c in group], labels):.2f}" for read in VIEW_FEATURES.values()]
+        cells = [f"{auc([read(clip_view(c)) for c in group], labels):.2f}" for read in VIEW_FEATURES.values()]
         cells.append(f"{auc([c['p']['100'] for c in group], labels):.2f}")
         lines.append(f"| {name}: {sum(labels)} complete, {len(labels) - sum(labels)} cut | " + " | ".join(cells) + " |")
     return lines
@@ -260,7 +261,7 @@ def speaker_table(clips: list[dict]) -> list[str]:
     for speaker in sorted({c["speaker"] for c in clips}):
         group = [c for c in clips if c["speaker"] == speaker]
         labels = [c["complete"] for c in group]
-        lines.append(f"| {speaker} | {len(group)} | {auc([_view(c).ends_logit() for c in group], labels):.2f} | "
+        lines.append(f"| {speaker} | {len(group)} | {auc([clip_view(c).ends_logit() for c in group], labels):.2f} | "
                      f"{auc([c['p']['100'] for c in group], labels):.2f} |")
     return lines
 
@@ -274,7 +275,7 @@ def length_table(clips: list[dict]) -> list[str]:
         cells = [f"{auc([c['speech_ms'] for c in group], [c['complete'] for c in group]):.2f}"]
         for complete in (True, False):
             chosen = [c for c in group if c["complete"] is complete]
-            views, lengths = [_view(c).ends_logit() for c in chosen], [c["speech_ms"] for c in chosen]
+            views, lengths = [clip_view(c).ends_logit() for c in chosen], [c["speech_ms"] for c in chosen]
             cells.append(f"{np.corrcoef(views, lengths)[0, 1]:.2f}")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines
@@ -292,12 +293,12 @@ def _shipped(clip: dict, look: int) -> list[float]:
 
 
 def _shipped_and_view(clip: dict, look: int) -> list[float]:
-    return [*_shipped(clip, look), _view(clip).ends_logit()]
+    return [*_shipped(clip, look), clip_view(clip).ends_logit()]
 
 
 def _view_silence_words(clip: dict, look: int) -> list[float]:
     """A smaller combiner around the view: it, the silence and the ``unfinished`` words."""
-    return [_view(clip).ends_logit(), look / 1000.0, float(word_evidence(clip["text"]).unfinished)]
+    return [clip_view(clip).ends_logit(), look / 1000.0, float(word_evidence(clip["text"]).unfinished)]
 
 
 def held_out_logits(clips: list[dict], row: Row, look: int | None = None) -> dict[str, float]:
@@ -306,7 +307,7 @@ def held_out_logits(clips: list[dict], row: Row, look: int | None = None) -> dic
     from utils.turns import train  # here, not above: train imports extract, which imports this module
 
     def table(chosen: list[dict]) -> tuple[np.ndarray, np.ndarray]:
-        pairs = [(row(clip, look), clip["complete"]) for clip in chosen for look in train.TRAIN_LOOKS_MS]
+        pairs = [(row(clip, trained_at), clip["complete"]) for clip in chosen for trained_at in train.TRAIN_LOOKS_MS]
         return np.array([x for x, _ in pairs], dtype=np.float64), np.array([float(y) for _, y in pairs])
 
     at = train.TRAIN_LOOKS_MS[0] if look is None else look
@@ -346,7 +347,7 @@ def combiner_table(clips: list[dict]) -> list[str]:
         "combiner (shipped 5 features)": held_out_logits(clips, _shipped),
         "combiner + ends_logit": held_out_logits(clips, _shipped_and_view),
         "ends_logit + silence + unfinished": held_out_logits(clips, _view_silence_words),
-        "ends_logit alone (no fit)": {clip_key(c): _view(c).ends_logit() for c in clips},
+        "ends_logit alone (no fit)": {clip_key(c): clip_view(c).ends_logit() for c in clips},
     }
     lines = ["| clips | method | AUC | complete committed, threshold for <= 10 % cut on these clips | "
              "held-out threshold: complete committed | cut committed |", "|---|---|---|---|---|---|"]

@@ -31,7 +31,7 @@ import numpy as np
 from kitt_stt.turn.combiner import WEIGHTS_FILE, Combiner
 from kitt_stt.turn.features import FEATURES, feature_vector
 from kitt_stt.turn.prosody import Prosody
-from kitt_stt.turn.words import word_evidence
+from kitt_stt.turn.words import WordEvidence, word_evidence
 from utils.turns.extract import TABLE
 from utils.turns.scores import auc, clip_key
 
@@ -59,13 +59,21 @@ COMPARE_GROUPS: dict[str, Callable[[dict], bool]] = {
 }
 
 
+def clip_words(clip: dict) -> WordEvidence:
+    """The words' evidence with the sentence-end score as extract.py cached it: training and the
+    studies need no LM installed."""
+    def cached(_text: str) -> float:
+        return float(clip["sentence_end"])
+
+    return word_evidence(clip["text"], cached)
+
+
 def samples(clips: list[dict], features: tuple[str, ...] = FEATURES
             ) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int]]]:
     """(features, labels, (clip index, look) per row)."""
     rows, labels, keys = [], [], []
     for index, clip in enumerate(clips):
-        # the sentence-end score as extract.py cached it: training needs no LM installed
-        words = word_evidence(clip["text"], lambda _text, cached=clip["sentence_end"]: cached)
+        words = clip_words(clip)
         prosody = Prosody(*clip["prosody"])
         for look in TRAIN_LOOKS_MS:
             rows.append(feature_vector(clip["p"][str(look)], look, words, prosody, features))

@@ -11,8 +11,13 @@ def nearest_rank(values: list[float], percentile: float) -> float | None:
     if not values:
         return None
     ordered = sorted(values)
-    rank = max(1, math.ceil(percentile / 100.0 * len(ordered)))
-    return ordered[rank - 1]
+    return ordered[nearest_rank_position(len(ordered), percentile) - 1]
+
+
+def nearest_rank_position(count: int, percentile: float) -> int:
+    """Which of ``count`` sorted values (1-based) is the percentile: the studies that ask how many
+    turns must be fast for a percentile to be fast count it the same way."""
+    return max(1, math.ceil(percentile / 100.0 * count))
 
 
 def ms(value: float | None) -> str:
