@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 from kitt_stt.turn.features import FEATURES, KINDS
@@ -63,12 +63,17 @@ class Combiner:
             raise CombinerError("weights: every scale must be > 0 (it divides the feature)")
         return cls(mean, scale, weights, bias, features)
 
+    @cached_property
+    def kinds(self) -> tuple[str, ...]:
+        """The kind of evidence of each entry (``features.KINDS``), fixed by the weights: once."""
+        return tuple(KINDS[name] for name in self.features)
+
     def score(self, vector: list[float]) -> Score:
         """Confidence for a vector built in ``self.features`` order (``features.feature_vector``)."""
         contributions: dict[str, float] = {}
         total = self.bias
-        kinds = [KINDS[name] for name in self.features]
-        for value, mean, scale, weight, group in zip(vector, self.mean, self.scale, self.weights, kinds, strict=True):
+        for value, mean, scale, weight, group in zip(vector, self.mean, self.scale, self.weights, self.kinds,
+                                                      strict=True):
             part = weight * (value - mean) / scale
             contributions[group] = contributions.get(group, 0.0) + part
             total += part

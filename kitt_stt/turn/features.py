@@ -47,6 +47,7 @@ def feature_values(probability: float | None, silence_ms: float, words: WordEvid
 
 
 def feature_vector(probability: float | None, silence_ms: float, words: WordEvidence, prosody: Prosody,
-                   features: tuple[str, ...] = FEATURES) -> list[float]:
+                   features: tuple[str, ...]) -> list[float]:
+    """The named features in ``features`` order: the weights file's, so a re-fit may choose others."""
     values = feature_values(probability, silence_ms, words, prosody)
     return [values[name] for name in features]

@@ -42,12 +42,13 @@ class FusedPolicy(EotPolicy):
         self.settings = settings
         self.combiner = combiner
         self.hold = hold
+        self._uses_lm = "sentence_end" in combiner.features  # weights fitted without it never load it
 
     async def decide(self, context: TurnContext) -> Decision:
         settings = self.settings
-        words, shape = await _evidence(context, uses_lm="sentence_end" in self.combiner.features)
-        held = self.hold.enabled and words.unfinished
+        words, shape = await _evidence(context, uses_lm=self._uses_lm)
         ending = context.ending(self.hold)
+        held = ending is TextEnding.UNFINISHED
         wait_ms = self.hold.wait_ms if held else settings.wait_ms
         threshold = self.hold.threshold if held else settings.threshold
         prediction = await answer_within(context.prediction, wait_ms - context.waited_ms())
