@@ -315,3 +315,4 @@ def test_a_segment_decides_once_it_has_the_preroll_and_the_steps_window(preroll_
         assert options.segment_language is not None
         options.segment_language.resolve(audio, detect)
         assert (options.segment_language.decided is not None) is decided, length
+    assert asked == [decide_at - 320, decide_at]  # a guess on each, the second kept as the decision

@@ -14,18 +14,14 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from kitt_stt.asr.ort_sense_voice import OrtSenseVoiceEngine
 from kitt_stt.asr.sense_voice_model import load_sense_voice_model
 from kitt_stt.client.session import connect
 from kitt_stt.config.schema import AppConfig, AsrConfig
-from kitt_stt.pipeline.eot import SilenceTimeoutPolicy
-from kitt_stt.pipeline.seat import SeatPipeline
 from kitt_stt.pipeline.settings import SessionSettings
 from kitt_stt.pipeline.turn import Turn
-from kitt_stt.scheduler import InferenceScheduler
 from kitt_stt.server.app import create_app
 from kitt_stt.text.gate import TurnAction, WakeGate
 from kitt_stt.text.itn import WetextNormalizer
@@ -34,7 +30,7 @@ from kitt_stt.text.offload import ItnWorker, shared_worker
 from kitt_stt.text.stage import StagedText, TextStage
 from kitt_stt.text.wake import WakeMode, WakeSettings
 from tests.engine_wrappers import NUMBER_WORDS, NumberWords
-from tests.helpers import collect_until, commits, of_type, run_server, running, send_pcm, tone_pcm
+from tests.helpers import collect_until, commits, of_type, run_server, send_pcm, stream_through_seat, tone_pcm
 
 pytestmark = pytest.mark.py310  # also run on Python 3.10: see docs/testing.md
 
@@ -70,20 +66,9 @@ async def test_finals_and_commits_are_normalised_off_the_loop_in_order(tone_engi
 
     monkeypatch.setattr(WetextNormalizer, "normalize", recording)
     config = AppConfig.model_validate(CONFIG)
-    frames: list[dict[str, Any]] = []
-    pcm = one_turn_two_segments()
-    with running(InferenceScheduler(NumberWords(tone_engine), workers=1)) as scheduler:
-        seat = SeatPipeline("driver", config, lambda: SessionSettings(interim=False, language="zh"), scheduler,
-                            SilenceTimeoutPolicy(config.turn.wait_ms), lambda frame: frames.append(frame.model_dump()),
-                            owner="test")
-        try:
-            seat.push_audio(np.frombuffer(pcm, dtype="<i2"))
-            deadline = time.monotonic() + 30  # the first call spawns the worker and loads its grammars
-            while not commits(frames):
-                assert time.monotonic() < deadline, frames
-                await asyncio.sleep(0.01)
-        finally:
-            seat.close()
+    # the first call spawns the worker and loads its grammars: a generous timeout
+    frames = await stream_through_seat(NumberWords(tone_engine), config, SessionSettings(interim=False, language="zh"),
+                                       one_turn_two_segments(), wait_ms=config.turn.wait_ms, timeout=30)
     assert_normalised_in_order(frames)
     assert inline == []  # not one text went through the grammars in this process
 
@@ -230,9 +215,8 @@ async def test_a_turn_whose_restaging_fails_commits_its_finals_with_their_wake(c
     assert decision is not None and decision.action is TurnAction.COMMIT, decision
 
 
-
 @pytest.mark.parametrize("command", ["打开车门", "打开车门" * 60])
-def test_a_turn_staged_on_the_loop_falls_back_the_same_way(command: str, monkeypatch) -> None:
+def test_a_turn_staged_on_the_loop_falls_back_the_same_way(command: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same fallback when the stage runs in-process (a final that arrived after the off-loop
     run): the turn itself owns it, so every caller of ``staged`` gets it."""
     stage = TextStage(wake=WakeSettings(mode=WakeMode.REQUIRED, phrases=("你好小凯",)))
@@ -243,6 +227,7 @@ def test_a_turn_staged_on_the_loop_falls_back_the_same_way(command: str, monkeyp
     monkeypatch.setattr(stage, "final", broken)
     staged = woken_turn(stage, command).staged()
     assert staged.text == command and staged.wake is not None and staged.wake.rest == command
+
 
 def itn_workers(pid: int) -> dict[int, str]:
     """Command lines of ``pid``'s children that multiprocessing spawned, by pid."""

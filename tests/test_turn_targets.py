@@ -11,7 +11,7 @@ import pytest
 from utils.turns.extract import TABLE
 from utils.turns.recognizer_view import held_out_logits, operating_points
 from utils.turns.scores import auc, clip_key
-from utils.turns.targets import FITTED, TARGET_LOOKS_MS, VIEW_ALONE, held_out_scores, needed, table
+from utils.turns.targets import TARGET_LOOKS_MS, VIEW_ALONE, held_out_scores, needed, table
 from utils.turns.train import COMPARE_GROUPS
 
 
@@ -88,8 +88,3 @@ def test_the_printed_table_puts_each_count_under_its_look() -> None:
     pitch = next(r for r in rows if r.startswith("| human en: ") and "| falling final pitch alone |" in r)
     assert pitch.endswith("| 0.67 | 13 | 1 (2%) | 13 | 1 (2%) |")
 
-
-def test_every_fitted_family_builds_rows_of_one_width_at_every_look() -> None:
-    clip = json.loads(TABLE.read_text())["clips"][0]
-    for row in FITTED.values():
-        assert len({len(row(clip, look)) for look in (100, 300, 600, 1000)}) == 1
