@@ -36,13 +36,14 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from kitt_stt.asr.language import DEFAULT_MIN_SAMPLES  # noqa: E402
 from kitt_stt.client.session import connect  # noqa: E402
 from kitt_stt.models.registry import resolve_model  # noqa: E402
 from tests.helpers import collect_until, of_type, run_server, send_pcm, silence  # noqa: E402
 from utils.performance.lid_corpus import Recording, load_corpus  # noqa: E402
 
 ASR_STAGES = ("asr.language", "asr.features", "asr.decode", "asr.postprocess")
-LONG_MS = 1800  # a segment this long (pre-roll included) reaches the decision point
+LONG_MS = DEFAULT_MIN_SAMPLES // 16  # a segment this long (pre-roll included) reaches the decision point
 DETECTION_MS = 20.0  # an asr.language span this long ran the step (a reused guess takes microseconds)
 
 

@@ -41,7 +41,6 @@ from kitt_stt.asr.whisper_language import MAX_FRAMES, whisper_log_mel, whisper_s
 from kitt_stt.asr.whisper_model import load_whisper_model
 from kitt_stt.turn.features import feature_vector
 from kitt_stt.turn.prosody import Prosody
-from kitt_stt.turn.words import word_evidence
 from utils.turns.scores import auc, clip_key
 
 PAD_FRAMES = 700  # as sherpa-onnx's tail_paddings in utils/turns/extract.py, with its zeros
@@ -286,10 +285,9 @@ Row = Callable[[dict, int], list[float]]
 
 def _shipped(clip: dict, look: int) -> list[float]:
     """The five features the combiner had when this was measured (0.4.0, ``train.WITHOUT_LM``)."""
-    from utils.turns.train import WITHOUT_LM  # here: train imports extract, which imports this module
+    from utils.turns.train import WITHOUT_LM, clip_words  # here: train imports extract, which imports this module
 
-    return feature_vector(clip["p"][str(look)], look, word_evidence(clip["text"]), Prosody(*clip["prosody"]),
-                          WITHOUT_LM)
+    return feature_vector(clip["p"][str(look)], look, clip_words(clip), Prosody(*clip["prosody"]), WITHOUT_LM)
 
 
 def _shipped_and_view(clip: dict, look: int) -> list[float]:
@@ -298,7 +296,9 @@ def _shipped_and_view(clip: dict, look: int) -> list[float]:
 
 def _view_silence_words(clip: dict, look: int) -> list[float]:
     """A smaller combiner around the view: it, the silence and the ``unfinished`` words."""
-    return [clip_view(clip).ends_logit(), look / 1000.0, float(word_evidence(clip["text"]).unfinished)]
+    from utils.turns.train import clip_words  # here: train imports extract, which imports this module
+
+    return [clip_view(clip).ends_logit(), look / 1000.0, float(clip_words(clip).unfinished)]
 
 
 def held_out_logits(clips: list[dict], row: Row, look: int | None = None) -> dict[str, float]:

@@ -35,7 +35,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from kitt_stt.turn.sentence_end import sentence_end
+from utils.performance.toolkit.stats import nearest_rank
 from utils.turns.extract import TABLE
 from utils.turns.recognizer_view import RecognizerView, View
 from utils.turns.scores import auc, clip_key
@@ -200,9 +200,7 @@ def groups(clips: list[dict]) -> list[tuple[str, list[dict]]]:
 
 
 def _ms(seconds: list[float]) -> str:
-    ordered = sorted(seconds)
-    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
-    return f"{statistics.median(ordered) * 1000:.1f} / {p95 * 1000:.1f}"
+    return f"{statistics.median(seconds) * 1000:.1f} / {(nearest_rank(seconds, 95) or 0.0) * 1000:.1f}"
 
 
 def measure(text_view: TextView, clips: list[dict]) -> tuple[dict[str, dict[str, float]], list[str]]:
@@ -284,7 +282,7 @@ def main() -> int:
     args = parser.parse_args()
     clips = json.loads(args.table.read_text())["clips"]
     columns = {"audio view (cached, recognizer_view)": {clip_key(c): View(**c["view"]).ends_logit() for c in clips},
-               "sentence_end (trigram LM)": {clip_key(c): sentence_end(c["text"]) for c in clips}}
+               "sentence_end (trigram LM)": {clip_key(c): c["sentence_end"] for c in clips}}  # as extract.py cached it
     costs = []
     for frames in args.windows:
         text_view = TextView(args.models / "whisper-base", frames)

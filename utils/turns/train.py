@@ -82,8 +82,9 @@ def samples(clips: list[dict], features: tuple[str, ...] = FEATURES
     return np.array(rows, dtype=np.float64), np.array(labels), keys
 
 
-def fit(x: np.ndarray, y: np.ndarray, features: tuple[str, ...] = FEATURES) -> dict:
-    """Standardise, then gradient descent on the class-balanced log loss plus L2; rounded."""
+def fit(x: np.ndarray, y: np.ndarray) -> dict:
+    """Standardise, then gradient descent on the class-balanced log loss plus L2; rounded. The
+    caller names the columns (``{"features": ..., **fit(x, y)}``): it knows what it stacked."""
     mean = np.round(x.mean(axis=0), DIGITS)
     spread = np.round(x.std(axis=0), DIGITS)
     scale = np.where(spread > 0, spread, 1.0)  # checked after rounding: a tiny spread must not round to 0
@@ -98,7 +99,7 @@ def fit(x: np.ndarray, y: np.ndarray, features: tuple[str, ...] = FEATURES) -> d
         error = (predicted - y) * sample_weight
         weights -= LEARNING_RATE * (z.T @ error / len(y) + L2 * weights)
         bias -= LEARNING_RATE * float(error.mean())
-    return {"features": list(features), "mean": [float(v) for v in mean], "scale": [float(v) for v in scale],
+    return {"mean": [float(v) for v in mean], "scale": [float(v) for v in scale],
             "weights": [round(float(w), DIGITS) for w in weights], "bias": round(bias, DIGITS)}
 
 
@@ -110,7 +111,7 @@ def leave_one_speaker_out(clips: list[dict], features: tuple[str, ...] = FEATURE
     for speaker in sorted({clip["speaker"] for clip in clips}):
         train = [clip for clip in clips if clip["speaker"] != speaker]
         held = [{**clip, "sentence_end": 0.0} if lm_absent else clip for clip in clips if clip["speaker"] == speaker]
-        combiner = Combiner.from_dict(fit(*samples(train, features)[:2], features))
+        combiner = Combiner.from_dict({"features": list(features), **fit(*samples(train, features)[:2])})
         x, _, keys = samples(held, features)
         for row, (index, look) in zip(x, keys, strict=True):
             clip = held[index]
@@ -154,7 +155,7 @@ def compare(clips: list[dict]) -> list[str]:
 
 
 def weights_text(clips: list[dict]) -> str:
-    data = fit(*samples(clips)[:2])
+    data = {"features": list(FEATURES), **fit(*samples(clips)[:2])}
     data["trained_on"] = f"{len(clips)} clips, {len({c['speaker'] for c in clips})} speakers (utils/turns/train.py)"
     return json.dumps(data, indent=1) + "\n"
 
