@@ -111,7 +111,7 @@ async def test_a_busy_default_thread_pool_does_not_stretch_the_wait() -> None:
 
 
 async def test_weights_without_the_lm_never_ask_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A re-fit that leaves ``sentence_end`` out (turn.fused_weights) does not read the 34 MB model."""
+    """A re-fit that leaves ``sentence_end`` out (turn.fused_weights) does not read the model."""
     asked: list[str] = []
     monkeypatch.setattr("kitt_stt.turn.words.sentence_end", lambda text: asked.append(text) or 0.0)
     model_only = Combiner(mean=(0.0,), scale=(1.0,), weights=(1.0,), bias=0.0, features=("model_logit",))

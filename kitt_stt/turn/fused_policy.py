@@ -109,15 +109,15 @@ async def _owned_look(future: asyncio.Future[TurnPrediction] | None, remaining_m
 
 
 # One thread of its own: asyncio's default pool also serves uploads, file cuts and warm-up, and a
-# decision queued behind them could outlast its wait_ms (measured: 1.95 s for a 300 ms wait behind six
+# decision queued behind them could outlast its wait_ms (measured once: 1.95 s for a 300 ms wait behind six
 # 2 s jobs). The work is a few ms per turn, so one thread serves every seat.
 _EVIDENCE_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="turn-evidence")
 
 
 async def _evidence(context: TurnContext, uses_lm: bool) -> tuple[WordEvidence, Prosody]:
     """The words' evidence and the prosody of the turn's end, off the event loop: a few ms of numpy,
-    and the sentence-end language model, which the first turn of the process reads (0.15 s), only
-    when the combiner weighs it (weights fitted without it do not load 34 MB for nothing)."""
+    and the sentence-end language model, which the first turn of the process reads (tens of ms), only
+    when the combiner weighs it (weights fitted without it do not load its ~30 MB for nothing)."""
     audio = context.look.audio() if context.look is not None else None
     end_score = None if uses_lm else _no_opinion
 

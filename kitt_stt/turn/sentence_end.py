@@ -7,15 +7,14 @@ also what every case the model cannot judge gets: text with no Latin words (Mand
 Korean: no Mandarin LM is shipped), a last word the model does not know (another language, a
 recognizer's noise), or no model at all.
 
-The model is the 27 MB ``en-us.lm.bin`` inside the ``pocketsphinx`` wheel (CMU; BSD-2-Clause),
-read once per process on first use (0.15 s; about 34 MB of the process's own memory: pocketsphinx
-reads it into the heap), under a lock, by whichever thread asks first: the fused policy asks from
-its own worker thread, never the event loop. A scoring call takes a few microseconds, also under a
-lock: the model's lookups update a cache inside it (today the GIL serialises them anyway; a
-free-threaded Python would not). pocketsphinx 5.0.4 has Linux wheels for CPython 3.10-3.13 on
-x86_64 and none for aarch64: where it is not installed (Jetson Orin, unless built from its sdist)
-the feature stays neutral and a warning says so once (docs/turns.md).
-"""
+The model is the 27 MB ``en-us.lm.bin`` inside the ``pocketsphinx`` wheel (CMU; BSD-2-Clause), read
+once per process on first use (tens of ms and some 30 MB of the process's own memory: pocketsphinx
+reads it into the heap; measured in docs/turns.md), under a lock, by whichever thread asks first:
+the fused policy asks from its own worker thread, never the event loop. A scoring call takes a few
+microseconds, also under a lock: the model's lookups update a cache inside it (today the GIL
+serialises them anyway; a free-threaded Python would not). pocketsphinx 5.0.4 has Linux wheels for
+CPython 3.10-3.13 on x86_64 and none for aarch64: where it is not installed (Jetson Orin, unless
+built from its sdist) the feature stays neutral and a warning says so once (docs/turns.md). """
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ phrases as readily as whole ones ("Front.", "Go forward."), and it did not help 
 
 And a graded view with real language knowledge: ``sentence_end`` (``sentence_end.py``), the CMU
 English trigram model's "does the sentence end after these words" (0 for Mandarin and where the
-model is missing). The first call reads that model (0.15 s), so the policy calls
+model is missing). The first call reads that model (tens of ms), so the policy calls
 ``word_evidence`` off the event loop.
 """
 

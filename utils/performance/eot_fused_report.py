@@ -40,6 +40,7 @@ a second look at S ms commits at S plus ``MODEL_MS``. Then the fused decision's 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -58,6 +59,7 @@ from kitt_stt.turn.features import feature_vector  # noqa: E402
 from kitt_stt.turn.prosody import prosody  # noqa: E402
 from kitt_stt.turn.sentence_end import load_model, sentence_end  # noqa: E402
 from kitt_stt.turn.words import word_evidence  # noqa: E402
+from utils.performance.memory_probe import read_sample  # noqa: E402
 from utils.performance.toolkit.stats import nearest_rank  # noqa: E402
 from utils.turns.extract import TABLE  # noqa: E402
 from utils.turns.scores import clip_key  # noqa: E402
@@ -181,9 +183,13 @@ def main() -> int:
     table = json.loads(TABLE.read_text())
     clips = table["clips"]
     config = AppConfig()
+    rss_before = read_sample(os.getpid(), "before the LM").rss_kb
     started = time.perf_counter()
     available = load_model() is not None  # once per process, before anything else reads it
     load_ms = (time.perf_counter() - started) * 1000.0
+    rss_after = read_sample(os.getpid(), "after the LM").rss_kb
+    grown = ("" if rss_before is None or rss_after is None
+             else f", {(rss_after - rss_before) / 1024:.0f} MB more resident")
     oofs = {"fused, no LM": leave_one_speaker_out(clips, WITHOUT_LM),
             "fused": leave_one_speaker_out(clips, load_combiner().features),
             "fused, LM absent": leave_one_speaker_out(clips, load_combiner().features, lm_absent=True)}
@@ -200,7 +206,7 @@ def main() -> int:
     print(f"\nfused decision cost (prosody + words with the LM + combiner, one thread): median {median:.2f} ms, "
           f"max {worst:.2f} ms per turn (50 turns of 3 s); of it the sentence-end LM {lm_us:.0f} us per turn; "
           "reading that LM, once per process: "
-          + (f"{load_ms:.0f} ms" if available else
+          + (f"{load_ms:.0f} ms{grown} (pocketsphinx included)" if available else
              "not available here (the rows use the table's cached scores; the LM's own cost is not measured)"))
     return 0
 

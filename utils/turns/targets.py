@@ -43,7 +43,7 @@ from utils.turns.scores import auc, clip_key
 
 TARGET_LOOKS_MS = {300: 50, 1000: 95}  # look -> the percentile of complete turns it must commit
 PROSODY_EXTRA = ("pitch_slope", "energy_slope", "final_lengthening")  # the prosody the combiner leaves out
-GROUP_NAMES = ("human en", "human en, word cuts", "all human")
+GROUP_NAMES = ("human en", "human en, word cuts", "human en, pause cuts", "all human")
 
 
 def _values(clip: dict, look: int) -> dict[str, float]:
