@@ -37,10 +37,15 @@ class SessionUpdates:
             stage=TextStage(config.text, config.wake), switch_margin=asr.language_switch_margin,
             decide_samples=(config.vad.preroll_ms + asr.whisper.language_window_ms) * 16,
             languages=auto_languages(asr.auto_languages, engine.info.languages),
-            words=asr.words and engine.info.words,
+            words=self._timed(asr.words),
         )
         self._hotword_changes = HotwordChanges(config.server.hotword_changes, asr.hotwords,
                                                self.current.decode_hotwords(), biased=engine.info.hotwords)
+
+    def _timed(self, asked: bool) -> bool:
+        """Words only where the engine times them: the final then carries them, and a wake phrase in
+        an interim waits for them (``final_words.holds_wake``) only where they can come."""
+        return asked and self._engine.info.words
 
     async def apply(self, frame: StartFrame | ConfigureFrame) -> None:
         """Validate the frame's fields as one change, build its hotwords, then switch to it."""
@@ -50,9 +55,7 @@ class SessionUpdates:
             settings = settings.updated(stage=updated_stage(self.current.stage, frame.wake, frame.text))
         if frame.languages is not None:
             settings = settings.updated(languages=checked_languages(frame.languages, self._engine.info.languages))
-        # words only where the engine times them: the final then carries them, and a wake phrase in an
-        # interim waits for them (final_words.holds_wake) only where they can come
-        settings = settings.updated(words=None if frame.words is None else frame.words and self._engine.info.words)
+        settings = settings.updated(words=None if frame.words is None else self._timed(frame.words))
         decoding = settings.decode_hotwords()  # wake phrases are hotwords too: charged once the frame is applied
         if self._hotword_changes.charge(decoding) and decoding:
             await self._prepare_hotwords(decoding)
