@@ -1,13 +1,33 @@
 # Set-up is part of every target: a fresh machine needs only Python 3.10+ and the package registry.
-PYTHON ?= python3
+# The locks below are resolved for CPython 3.11 (and 3.10) on Linux x86-64: python3.11 when on PATH.
+PYTHON ?= $(shell command -v python3.11 >/dev/null 2>&1 && python3.11 -c '' 2>/dev/null && echo python3.11 || echo python3)
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-stamp
+# Every install comes from a hashed lock (deployment/locks/, `make locks`; docs/testing.md "The locks"):
+# `make serve` installs the runtime and the Whisper converter only, `make test` adds the test tools and
+# the framework extras on top, at the same versions.
+LOCKS := deployment/locks
+SERVE_LOCK := $(LOCKS)/serve-py311.txt
+DEV_LOCK := $(LOCKS)/dev-py311.txt
+DEV_LOCK310 := $(LOCKS)/dev-py310.txt
+SERVE_STAMP := $(VENV)/.serve-stamp
+STAMP := $(VENV)/.test-stamp
+# pip from a lock: setuptools and wheel first (build.txt: they build the one sdist in the locks and
+# kitt-stt itself, with no unhashed build isolation), then the lock, then kitt-stt (editable, no deps).
+define install_locked  # $(1): the venv's python, $(2): the lock
+	$(1) -c 'import sys; want = "$(2)".rsplit("-py", 1)[1][:3]; have = "%d%d" % sys.version_info[:2]; \
+	  sys.exit(0 if have == want else "make: $(2) is for Python 3.%s, this is %s.%s: remove %s and set PYTHON=python3.%s" \
+	  % (want[1:], have[0], have[1:], sys.prefix, want[1:]))'
+	$(1) -m pip install --quiet --require-hashes --no-deps -r $(LOCKS)/build.txt
+	$(1) -m pip install --quiet --require-hashes --no-deps --no-build-isolation -r $(2)
+	$(1) -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(1) -m pip check
+endef
 # The second Python the suite runs on: 3.10 is JetPack 6's (Jetson Orin). Found on PATH or in pyenv.
 PYTHON310 ?= $(shell command -v python3.10 >/dev/null 2>&1 && python3.10 -c '' 2>/dev/null && echo python3.10 \
                || ls -d $$(pyenv root 2>/dev/null)/versions/3.10*/bin/python3.10 2>/dev/null | tail -1)
 VENV310 ?= .venv310
-STAMP310 := $(VENV310)/.installed-stamp
+STAMP310 := $(VENV310)/.test-stamp
 # Models fetched and converted once, shared by the runs on both Pythons (torch, which converts
 # whisper-base, has no CPU wheel on PyPI for 3.10).
 TEST_MODELS := $(CURDIR)/.cache/test-models
@@ -23,20 +43,22 @@ CHROMIUM ?= /usr/bin/chromium
 # two cores: the suite mostly waits on the wall clock (real-time streaming, turn waits), docs/testing.md.
 PYTEST_WORKERS ?= 3
 
-.PHONY: serve console test test-py310 lint typecheck unit clean locks
+.PHONY: serve console test test-py310 test-latest lint typecheck unit clean locks
 
-$(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet 'torch==2.13.0'  # CPU build on these machines; elsewhere see docs/models.md
-	$(PY) -m pip install --quiet -e '.[dev,convert,pipecat,livekit,eot-lm]'  # the framework adapters' and turn tests need the extras
-	touch $(STAMP)
+$(SERVE_STAMP): $(SERVE_LOCK) pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(call install_locked,$(PY),$(SERVE_LOCK))
+	touch $(SERVE_STAMP)
 
-$(STAMP310): pyproject.toml
+$(STAMP): $(DEV_LOCK) pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(call install_locked,$(PY),$(DEV_LOCK))
+	touch $(STAMP) $(SERVE_STAMP)
+
+$(STAMP310): $(DEV_LOCK310) pyproject.toml
 	@test -n "$(PYTHON310)" || { echo "make: Python 3.10 not found (install it, or set PYTHON310=/path/to/python3.10)"; exit 1; }
-	$(PYTHON310) -m venv $(VENV310)
-	$(VENV310)/bin/python -m pip install --quiet --upgrade pip
-	$(VENV310)/bin/python -m pip install --quiet -e '.[dev,pipecat,livekit,eot-lm]'  # pipecat-ai skips itself on 3.10 (needs 3.11)
+	test -x $(VENV310)/bin/python || $(PYTHON310) -m venv $(VENV310)
+	$(call install_locked,$(VENV310)/bin/python,$(DEV_LOCK310))
 	touch $(STAMP310)
 
 $(CONSOLE_LIB): $(CONSOLE)/package.json $(CONSOLE)/package-lock.json
@@ -54,7 +76,7 @@ console: $(CONSOLE_LIB)
 
 ## Run the service on the embedded default model (built on first start), on 127.0.0.1:8000. Without
 ## npm the service still starts; the console page then says what it is missing.
-serve: $(STAMP)
+serve: $(SERVE_STAMP)
 	@$(MAKE) --no-print-directory console || echo "make: the browser console will not work until npm installs its library"
 	@$(VENV)/bin/kitt-stt config show --config config.yaml --json | $(PY) -c 'import json, sys; \
 	  s = json.load(sys.stdin)["server"]; \
@@ -64,6 +86,7 @@ serve: $(STAMP)
 ## Lint, type-check and run the whole test suite on Python 3.11+, then the tests that can differ by
 ## Python version (marker py310, docs/testing.md) on 3.10 (real servers on loopback ports).
 test: lint typecheck $(CONSOLE_LIB) $(CHROMIUM)
+	@echo "make: testing on $(DEV_LOCK) and $(DEV_LOCK310) ($$(grep -m1 -o 'resolved as of [^ ]*' $(DEV_LOCK)); make test-latest tries today's releases)"
 	KITT_STT_TEST_MODEL_CACHE=$(TEST_MODELS) CHROMIUM=$(CHROMIUM) $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not serial"
 	KITT_STT_TEST_MODEL_CACHE=$(TEST_MODELS) $(PY) -m pytest -m serial
 	$(MAKE) --no-print-directory test-py310
@@ -71,19 +94,37 @@ test: lint typecheck $(CONSOLE_LIB) $(CHROMIUM)
 test-py310: $(STAMP310)
 	KITT_STT_TEST_MODEL_CACHE=$(TEST_MODELS) $(VENV310)/bin/python -m pytest -m py310 -n $(PYTEST_WORKERS) --dist loadfile
 
+## The suite on the newest releases pyproject.toml's ranges allow today (torch stays at the lock's CPU
+## build), in a venv of its own: what the next `make locks` would bring. Not part of .ci/run; run it
+## before moving RESOLVED_AS_OF forward (docs/testing.md, "The locks").
+VENV_LATEST ?= .venv-latest
+test-latest: $(CONSOLE_LIB) $(CHROMIUM)
+	rm -rf $(VENV_LATEST) && $(PYTHON) -m venv $(VENV_LATEST)
+	$(VENV_LATEST)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV_LATEST)/bin/python -m pip install --quiet -r $(LOCKS)/dev.in
+	$(VENV_LATEST)/bin/python -m pip install --quiet --upgrade --upgrade-strategy eager -c $(LOCKS)/dev.in \
+	  -e '.[dev,convert,pipecat,livekit,eot-lm]'
+	$(VENV_LATEST)/bin/python -m pip freeze --exclude-editable > $(VENV_LATEST)/resolved.txt
+	@echo "make: testing on today's releases ($(VENV_LATEST)/resolved.txt; differences from $(DEV_LOCK) below)"
+	@$(VENV_LATEST)/bin/python utils/lock_drift.py $(DEV_LOCK) $(VENV_LATEST)/resolved.txt
+	KITT_STT_TEST_MODEL_CACHE=$(TEST_MODELS) CHROMIUM=$(CHROMIUM) $(VENV_LATEST)/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not serial"
+	KITT_STT_TEST_MODEL_CACHE=$(TEST_MODELS) $(VENV_LATEST)/bin/python -m pytest -m serial
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check kitt_stt tests utils
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-## Regenerate the images' hashed lock files (deployment/locks/, docs/deployment.md "Supply chain")
+## Regenerate the hashed lock files (deployment/locks/): the images' (docs/deployment.md "Supply chain")
+## and the development environment's (docs/testing.md "The locks")
 ## with uv (in a small venv of its own, not the project's), from pyproject.toml and
 ## deployment/pins/; needs PyPI. Review the diff and commit it.
 LOCKS_VENV := .cache/locks-venv
 locks:
 	@test -x $(LOCKS_VENV)/bin/uv || { $(PYTHON) -m venv $(LOCKS_VENV) && $(LOCKS_VENV)/bin/python -m pip install --quiet 'uv==0.13.9'; }
 	UV=$(LOCKS_VENV)/bin/uv utils/lock_images.sh
+	UV=$(LOCKS_VENV)/bin/uv utils/lock_dev.sh
 
 clean:
-	rm -rf $(VENV) $(VENV310) .cache/test-models .cache/test-artefacts $(CONSOLE)/node_modules .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VENV310) $(VENV_LATEST) .cache/test-models .cache/test-artefacts $(CONSOLE)/node_modules .pytest_cache .mypy_cache .ruff_cache
