@@ -98,3 +98,41 @@ def test_one_allowed_language_is_recorded_with_its_probability() -> None:
     assert options.detected_language(short, never) == LanguageGuess("en", 1.0)  # an interim
     assert options.detected_language(short, never) == LanguageGuess("en", 1.0)  # the final
     assert options.language_probability() == 1.0 and turn.guess == LanguageGuess("en", 1.0)
+
+
+class EarlyGuessWrong(WrappedEngine):
+    """Whisper's failure on the README's English example: on less than the decision point's audio
+    the language step says zh, on more en, and a piece decoded in zh comes back as Mandarin."""
+
+    MANDARIN = "生命的天"
+
+    @staticmethod
+    def _detect(audio: np.ndarray) -> LanguageGuess:
+        return LanguageGuess("zh" if audio.shape[0] < DEFAULT_MIN_SAMPLES else "en", 0.8)
+
+    def decode_batch(self, requests: Sequence[AsrRequest], timer: StageTimer | None = None) -> list[AsrResult]:
+        results = []
+        for request in requests:
+            guess = request.options.detected_language(request.samples, self._detect)
+            explicit = replace(request, options=replace(request.options, language=guess.lang, segment_language=None))
+            [result] = self.inner.decode_batch([explicit], timer)
+            results.append(replace(result, lang=guess.lang, text=self.MANDARIN if guess.lang == "zh" else result.text))
+        return results
+
+
+@pytest.mark.timeout(60)
+async def test_a_chunk_decoded_in_the_early_guess_is_decoded_again_in_the_final_language(tone_engine) -> None:
+    """The first chunk closes at a pause before the segment has 1.8 s, so it decodes in the early
+    guess (zh); the tail decides en. The final must be English throughout, as its label says."""
+    engine = EarlyGuessWrong(tone_engine)
+    # a 400 ms pause: ~280 ms unvoiced after webrtcvad's hangover, a chunk cut (200) inside one segment (500)
+    config = AppConfig.model_validate({"asr": {"chunk_pause_ms": 200}, "vad": {"silence_ms": 500},
+                                       "turn": {"model": None, "wait_ms": 300}, "interim": {"enabled": False}})
+    settings = SessionSettings(language="auto", interim=False, languages=("zh", "en"))
+    pcm = tone_pcm("打开车门", lead_ms=300, tail_ms=400) + tone_pcm("关窗打开车门", lead_ms=0, tail_ms=0)
+    frames = await stream_through_seat(engine, config, settings, pcm + bytes(32 * 1000), wait_ms=300, workers=2,
+                                       realtime=True, timeout=15)
+    [final] = of_type(frames, "final")
+    assert final["timing"]["chunks"] >= 2, final  # a chunk was cut before the decision point
+    assert final["lang"] == "en" and EarlyGuessWrong.MANDARIN not in final["text"], final
+    assert final["text"].replace(" ", "") == "打开车门关窗打开车门", final

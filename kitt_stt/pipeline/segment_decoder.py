@@ -8,7 +8,9 @@ Rules owned here (``docs/architecture.md`` steps 5 and 6):
   taken (:mod:`.tail`); it is emitted only while its segment is open, and never older than one sent;
 * the final is submitted synchronously when the segment ends (the connection counts it before the
   next frame), joins every chunk and the tail, goes through the whole text stage off the loop, and
-  waits for the seat's previous final, so finals leave in segment order.
+  waits for the seat's previous final, so finals leave in segment order;
+* a final is in one language: a chunk decoded before its segment's language was decided (in the early
+  guess, on less audio) and in another language than the final's is decoded again in the final's.
 """
 
 from __future__ import annotations
@@ -156,6 +158,7 @@ class SegmentDecoder:
             if earlier is None or (decode is not None and outcome is None):
                 return  # connection closing: nobody is waiting for this final
             pieces = [*earlier, outcome] if outcome is not None else earlier  # never empty: see finish
+            pieces = await self._in_one_language(segment, snapshot, pieces)
             text = join_texts(piece.result.text for piece in pieces)
             if segment.options.words:  # on only where the engine times words (session_updates)
                 placed = placed_words([(piece.result, start) for piece, start in zip(
@@ -189,6 +192,32 @@ class SegmentDecoder:
         if words is not None and words.confidence is not None:
             turn.confidences[segment.segment_id] = words.confidence
         self._turns.segment_final(turn, segment.segment_id, text, segment.end_ms, segment.ended_at, lang, staged)
+
+    async def _in_one_language(self, segment: Segment, snapshot: TailSnapshot,
+                               pieces: list[DecodeOutcome]) -> list[DecodeOutcome]:
+        """The final's pieces, each in the final's language. A segment's first chunk can close
+        before the segment has the audio to decide its language (1.8 s), so it decodes in the early
+        guess; when the decision (or the tail's) says otherwise, joining as decoded labelled Mandarin
+        text `en` (whisper-base read "Turn on the air" as 生命的天 in zh). Those chunks are decoded
+        again, at final priority, now that the segment's language is known; a decode that fails or
+        is cancelled keeps the piece as it was. Only languages that differ cost a decode."""
+        lang = pieces[-1].result.lang
+        stale = [index for index, piece in enumerate(pieces[:len(snapshot.chunks)])
+                 if lang is not None and piece.result.lang not in (None, lang)]
+        if not stale:
+            return pieces
+        view = segment.buffer.view()
+        redecodes = [self._scheduler.submit(AsrRequest(view[snapshot.chunks[index].start : snapshot.chunks[index].end],
+                                                       segment.options), Priority.FINAL, self._owner,
+                                            trace=self._trace_tag(segment)) for index in stale]
+        fresh = list(pieces)
+        for index, outcome in zip(stale, await asyncio.gather(*redecodes, return_exceptions=True), strict=True):
+            if isinstance(outcome, DecodeOutcome) and outcome.result.lang == lang:
+                fresh[index] = outcome
+            elif isinstance(outcome, BaseException):
+                log.warning("re-decoding chunk %d of segment %d in %s failed: %s", index, segment.segment_id, lang,
+                            outcome, extra={"segment": segment.segment_id})
+        return fresh
 
     @staticmethod
     def _timing(segment: Segment, snapshot: TailSnapshot, outcome: DecodeOutcome | None, pieces: int,
