@@ -22,6 +22,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from kitt_stt.asr.sense_voice_model import ModelError
     from kitt_stt.logs import configure_logging
     from kitt_stt.models.vad_model import prepare_vad
+    from kitt_stt.observability.trace import TracePathError, check_trace_path
     from kitt_stt.ops.trt_cache import prepare_serve
     from kitt_stt.server.app import create_app
     from kitt_stt.server.runner import run
@@ -35,6 +36,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _fail(str(exc))
     log_buffer = configure_logging(config)
+    if config.tracing.enabled:  # before the minutes an engine build may take, not at the first flush
+        try:
+            check_trace_path(config.tracing.path)
+        except TracePathError as exc:
+            return _fail(str(exc))
     started = time.perf_counter()
     try:
         config = prepare_serve(config)  # TensorRT: the keyed engine directory, its EP-context model if built
