@@ -26,6 +26,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import time
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -123,7 +124,7 @@ def config_of(container: Obj) -> str | None:
     if "--config" in line:
         return line[line.index("--config") + 1]
     if line[:2] == ["/bin/sh", "-c"]:
-        match = re.search(r"config=(\S+)", line[2])
+        match = re.search(r"(?:--config[= ]|config=)(\S+)", line[2])
         return match.group(1) if match else None
     return None
 
@@ -758,7 +759,8 @@ def test_rtx4090_model_volume_and_fill_job() -> None:
 
     job = one(objects, "Job")
     [pull] = job["spec"]["template"]["spec"]["containers"]
-    assert command_line(pull)[:4] == ["kitt-stt", "models", "pull", "sensevoice"]
+    assert command_line(pull)[-1].rstrip().splitlines()[-1].split()[:5] == \
+        ["exec", "kitt-stt", "models", "pull", "sensevoice"], "the write probe, then the pull"
     fill_mount = mount_of(pull, "models")
     assert fill_mount and not fill_mount.get("readOnly")
     job_volume = next(v for v in job["spec"]["template"]["spec"]["volumes"] if v["name"] == "models")
@@ -772,9 +774,70 @@ def test_rtx4090_model_volume_and_fill_job() -> None:
 
     pod = one(objects, "Deployment")["spec"]["template"]["spec"]
     [wait] = pod["initContainers"]
-    assert f"{model_dir}/.complete" in command_line(wait)[-1], "the servers wait for the finished install"
+    wait_env = {e["name"]: e["value"] for e in wait["env"]}
+    assert wait_env["MODEL_MARKER"] == f"{model_dir}/.complete", "the servers wait for the finished install"
+    assert 0 < int(wait_env["WAIT_TIMEOUT_S"]) <= 3600, "a bounded wait"
     [server_claim] = [v for v in pod["volumes"] if v["name"] == "models"]
     assert server_claim["persistentVolumeClaim"] == {"claimName": claim["metadata"]["name"], "readOnly": True}
+
+
+def _script(container: Obj) -> str:
+    line = command_line(container)
+    assert line[:2] == ["/bin/sh", "-c"], f"{container['name']}: not a shell script"
+    return line[2]
+
+
+def _run_script(script: str, env: dict[str, str], timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    sh = shutil.which("dash") or shutil.which("sh")
+    assert sh is not None
+    return subprocess.run([sh, "-c", script], env={"PATH": os.environ["PATH"], **env}, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_rtx4090_the_wait_for_the_model_is_bounded(tmp_path: Path) -> None:
+    """wait-for-model gives up after WAIT_TIMEOUT_S with exit 1 and says where to look (run here
+    with a 2 s bound), and returns at once when the install is complete."""
+    pod = one(rendered("rtx4090"), "Deployment")["spec"]["template"]["spec"]
+    [wait] = pod["initContainers"]
+    marker = tmp_path / "sensevoice" / ".complete"
+    env = {"MODEL_MARKER": str(marker), "WAIT_TIMEOUT_S": "2", "WAIT_INTERVAL_S": "1"}
+    started = time.monotonic()
+    result = _run_script(_script(wait), env)
+    assert result.returncode == 1
+    assert time.monotonic() - started < 10
+    assert f"ERROR: {marker} did not appear within 2 s" in result.stderr
+    assert "kubectl -n kitt-stt logs job/kitt-stt-model-fill" in result.stderr
+    assert "waiting for" in result.stdout
+    marker.parent.mkdir()
+    marker.write_text("")
+    done = _run_script(_script(wait), env)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+
+
+def test_rtx4090_the_fill_job_names_the_storage_fix_on_an_unwritable_volume(tmp_path: Path) -> None:
+    """Where kubelet did not apply fsGroup (in-tree NFS, CSI without fsGroupPolicy File), the Job
+    fails with the fixes, not with the pull's EACCES; on a writable volume it runs the pull."""
+    [pull] = one(rendered("rtx4090"), "Job")["spec"]["template"]["spec"]["containers"]
+    script = _script(pull)
+    blocker = tmp_path / "read-only"  # a file: nothing can be created below it, not even by root
+    blocker.write_text("")
+    result = _run_script(script, {"KITT_STT__MODELS__CACHE_DIR": str(blocker / "models")})
+    assert result.returncode == 1
+    message = " ".join(result.stderr.split())
+    for fix in ("is not writable by uid", "fsGroupPolicy: File", "chown 10001:10001", "ReadWriteOnceWithFSType",
+                ".complete included"):
+        assert fix in message
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "kitt-stt").write_text('#!/bin/sh\necho "kitt-stt $*"\n')
+    (fake / "kitt-stt").chmod(0o755)
+    volume = tmp_path / "models"
+    volume.mkdir()
+    ran = subprocess.run([shutil.which("sh") or "sh", "-c", script], capture_output=True, text=True, timeout=30,
+                         env={"PATH": f"{fake}:{os.environ['PATH']}", "KITT_STT__MODELS__CACHE_DIR": str(volume)})
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.split() == ["kitt-stt", *command_line(pull)[-1].split("exec kitt-stt", 1)[1].split()]
+    assert not any(volume.iterdir()), "the probe leaves nothing behind"
 
 
 def test_orin_daemonset_one_pod_per_device_with_a_prebuilt_engine() -> None:
