@@ -341,7 +341,7 @@ def site_overlay(tmp_path: Path, overlay: str, components: list[str]) -> list[Ob
 
 def test_every_component_is_a_kustomize_component() -> None:
     names = sorted(path.name for path in COMPONENTS.iterdir() if path.is_dir())
-    assert names == ["keda", "nvidia-runtime-class", "prometheus-operator"]
+    assert names == sorted(["keda", "nvidia-runtime-class", "prometheus-operator", *INGRESS_COMPONENTS])
     for name in names:
         kustomization = yaml.safe_load((COMPONENTS / name / "kustomization.yaml").read_text())
         assert kustomization["kind"] == "Component", name
@@ -450,6 +450,58 @@ INGRESS_PEERS = {
 }
 
 
+#: The components that name the ingress controller or gateway (deployment/components/from-*):
+#: the peer each one admits, in place of the overlay's.
+INGRESS_COMPONENTS = {
+    "from-ingress-nginx": ("ingress-nginx", (("app.kubernetes.io/name", "ingress-nginx"),)),
+    "from-traefik": ("traefik", (("app.kubernetes.io/name", "traefik"),)),
+    "from-traefik-k3s": ("kube-system", (("app.kubernetes.io/name", "traefik"),)),
+    "from-envoy-gateway": ("envoy-gateway-system", (("app.kubernetes.io/component", "proxy"),
+                                                    ("app.kubernetes.io/managed-by", "envoy-gateway"),
+                                                    ("app.kubernetes.io/name", "envoy"))),
+    "from-istio-ingressgateway": ("istio-system", (("istio", "ingressgateway"),)),
+}
+
+
+def policy_peers(policy: Obj) -> set[tuple[str, tuple[tuple[str, str], ...] | None]]:
+    """(namespace, sorted pod labels or None for the whole namespace) of every peer, each on port http."""
+    peers = set()
+    for rule in policy["spec"]["ingress"]:
+        assert [(p["port"], p["protocol"]) for p in rule["ports"]] == [("http", "TCP")]
+        for peer in rule["from"]:
+            assert set(peer) <= {"namespaceSelector", "podSelector"} and "namespaceSelector" in peer, \
+                "a peer without namespaceSelector means this namespace only; no ipBlock"
+            namespace = peer["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
+            pods = peer.get("podSelector", {}).get("matchLabels")
+            peers.add((namespace, tuple(sorted(pods.items())) if pods else None))
+    return peers
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+@pytest.mark.parametrize("component", ["from-traefik", "from-envoy-gateway"])
+def test_a_component_admits_another_ingress_controller(tmp_path: Path, overlay: str, component: str) -> None:
+    """A site on Traefik or a Gateway swaps the controller's peer with one component; Prometheus
+    stays admitted and nothing else changes."""
+    objects = site_overlay(tmp_path, overlay, [component])
+    [policy] = find(objects, "NetworkPolicy")
+    validate(policy)
+    assert policy_peers(policy) == {INGRESS_COMPONENTS[component], ("monitoring", None)}
+    [shipped] = find(rendered(overlay), "NetworkPolicy")
+    assert policy["spec"]["ingress"][1:] == shipped["spec"]["ingress"][1:]
+    assert [o for o in objects if o["kind"] != "NetworkPolicy"] == \
+        [o for o in rendered(overlay) if o["kind"] != "NetworkPolicy"]
+
+
+def test_every_ingress_component_renders_and_the_overlays_use_them(tmp_path: Path) -> None:
+    for index, component in enumerate(sorted(INGRESS_COMPONENTS)):
+        site = tmp_path / str(index)
+        site.mkdir()
+        [policy] = find(site_overlay(site, "rtx4090", [component]), "NetworkPolicy")
+        assert INGRESS_COMPONENTS[component] in policy_peers(policy), component
+    assert INGRESS_COMPONENTS["from-ingress-nginx"] in INGRESS_PEERS["rtx4090"], "the base's default"
+    assert INGRESS_COMPONENTS["from-traefik-k3s"] in INGRESS_PEERS["orin"]
+
+
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_network_policy_admits_only_the_ingress_and_prometheus(overlay: str) -> None:
     objects = rendered(overlay)
@@ -464,16 +516,8 @@ def test_network_policy_admits_only_the_ingress_and_prometheus(overlay: str) -> 
     server_ports = {p["name"]: p["containerPort"] for p in server_container(objects, overlay)["ports"]}
     service = one(objects, "Service")
     assert {p["targetPort"] for p in service["spec"]["ports"]} == set(server_ports)
-    peers = set()
-    for rule in spec["ingress"]:
-        assert [(p["port"], p["protocol"]) for p in rule["ports"]] == [("http", "TCP")]
-        assert server_ports["http"] == 8000
-        for peer in rule["from"]:
-            assert set(peer) <= {"namespaceSelector", "podSelector"} and "namespaceSelector" in peer, \
-                "a peer without namespaceSelector means this namespace only; no ipBlock"
-            namespace = peer["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
-            pods = peer.get("podSelector", {}).get("matchLabels")
-            peers.add((namespace, tuple(sorted(pods.items())) if pods else None))
+    assert server_ports["http"] == 8000
+    peers = policy_peers(policy)
     assert peers == INGRESS_PEERS[overlay]
     scaled = find(objects, "ScaledObject")
     for trigger in (t for s in scaled for t in s["spec"]["triggers"]):
