@@ -940,6 +940,24 @@ def test_the_documented_ingress_is_valid_and_routes_only_the_websocket() -> None
     assert backend["port"]["name"] in {p["name"] for p in service["spec"]["ports"]}
 
 
+#: nginx variables that hold the query string (nginx's core and http modules' variable index).
+NGINX_QUERY_VARIABLES = re.compile(r"\$(request|request_uri|args|query_string|arg_\w+)\b")
+
+
+def test_the_documented_ingress_nginx_log_format_drops_query_strings() -> None:
+    """docs/deployment.md's ConfigMap for ingress-nginx: a `?token=` never reaches the controller's
+    log, and the line still has the method, the path and the status."""
+    docs = (REPO / "docs" / "deployment.md").read_text()
+    blocks = [yaml.safe_load(block) for block in re.findall(r"```yaml\n(.*?)```", docs, re.DOTALL)]
+    [config] = [b for b in blocks if isinstance(b, dict) and b.get("kind") == "ConfigMap"]
+    validate(config)
+    assert config["metadata"]["namespace"] == INGRESS_COMPONENTS["from-ingress-nginx"][0]
+    line = config["data"]["log-format-upstream"]
+    assert not NGINX_QUERY_VARIABLES.search(line), line
+    assert {"$request_method", "$uri", "$status", "$upstream_addr"} <= set(re.findall(r"\$\w+", line))
+    assert NGINX_QUERY_VARIABLES.search('"$request" $status'), "the check sees the default's $request"
+
+
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_shell_scripts_parse(overlay: str) -> None:
     """The /bin/sh -c scripts (preStop, waits, the TensorRT build) are valid POSIX shell."""
