@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import copy
 import functools
+import math
 import os
 import re
 import shlex
@@ -701,6 +702,27 @@ def test_probes_and_resources(overlay: str) -> None:
     else:
         # Orin: memory shared by CPU and GPU; the TensorRT builder workspace must leave room
         assert effective_config(server).asr.tensorrt.max_workspace_mb <= 2048
+        # and no container's limit may take what the OS, k3s and the GPU allocations its cgroup
+        # may not count need on the smallest (8 GB) module (docs/deployment.md, "Jetson Orin")
+        for owner in pod_owners(objects):
+            for container in containers(owner["spec"]["template"]["spec"]):
+                limit = _gib(container["resources"]["limits"]["memory"])
+                assert limit <= ORIN_8GB_USABLE_GIB - ORIN_RESERVE_GIB, f"{container['name']}: limit {limit:.2f} GiB"
+
+
+#: An 8 GB Orin module's memory in GiB (8e9 bytes), and what a pod must leave of it: the OS and
+#: k3s (~1-1.5 GiB) and the GPU allocations L4T may not charge to the container's cgroup (the
+#: engine and its activations, ~0.7 GiB; docs/deployment.md, "Jetson Orin (k3s)").
+ORIN_8GB_USABLE_GIB = 8e9 / 2**30
+ORIN_RESERVE_GIB = 2.5
+
+
+def _gib(quantity: str) -> float:
+    """A Kubernetes memory quantity (binary or decimal suffix) in GiB."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?", quantity)
+    assert match, f"{quantity}: not a memory quantity this test reads"
+    scale = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+    return float(match.group(1)) * scale.get(match.group(2) or "", 1) / 2**30
 
 
 def _kitt_metrics() -> set[str]:
@@ -918,6 +940,26 @@ def test_orin_daemonset_one_pod_per_device_with_a_prebuilt_engine() -> None:
     assert trt and trt["mountPath"] == TRT_MOUNT and not trt.get("readOnly")
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["trt-cache"]["hostPath"]["path"] != volumes["models"]["hostPath"]["path"]
+
+
+def test_orin_tensorrt_profile_is_sized_from_the_longest_segment() -> None:
+    """The profile's longest input is exactly what vad.max_segment_ms lets through (60 ms LFR
+    frames): not less (start-up refuses that), not more (activation memory on an 8 GB module)."""
+    config = effective_config(server_container(rendered("orin"), "orin"))
+    needed = math.ceil(config.vad.max_segment_ms / 60)
+    assert config.asr.tensorrt.profile_max_frames == needed == 500
+    assert config.asr.tensorrt.profile_opt_frames <= needed
+
+
+def test_the_orin_configs_comments_match_its_settings() -> None:
+    """The seat arithmetic in config-k3s-orin.yaml's comment is the config's own."""
+    config = effective_config(server_container(rendered("orin"), "orin"))
+    text = (REPO / "config-k3s-orin.yaml").read_text()
+    match = re.search(r"up to (\d+) connections of up to (\d+) seats each.*?up to (\d+) seats", text, re.DOTALL)
+    assert match, "config-k3s-orin.yaml: the VAD comment's seat count"
+    connections, seats, total = map(int, match.groups())
+    assert (connections, seats, total) == (config.server.max_connections, config.server.max_seats,
+                                           config.server.max_connections * config.server.max_seats)
 
 
 def test_the_documented_ingress_is_valid_and_routes_only_the_websocket() -> None:
