@@ -6,8 +6,10 @@
 # Versions are not written here: every Python package comes from a hashed lock in deployment/locks/
 # (installed with --require-hashes; `make locks` regenerates them from pyproject.toml and the chosen
 # versions in deployment/pins/), every base image is pinned by digest.
-# Both run as uid/gid 10001 and carry the embedded default models (whisper-base, TurnSense, Silero VAD), so a
-# container starts without network access.
+# Both run as uid/gid 10001 and carry the embedded models, so a container starts without network
+# access: the CPU image whisper-base, TurnSense and Silero VAD; the GPU image TurnSense and Silero
+# VAD only (it runs SenseVoice, mounted at /models). ORT_DISABLE_TELEMETRY: onnxruntime would
+# otherwise write a device id and an event database under $HOME/.cache at every import.
 
 # Base images: pinned by digest, the tag in the same reference. The node and python digests were
 # not resolved against Docker Hub where they were written (no registry access there): they are the
@@ -38,32 +40,39 @@ COPY kitt_stt ./kitt_stt
 COPY --from=console /console/node_modules ./kitt_stt/console/node_modules
 RUN python -m pip wheel --no-deps --no-build-isolation --wheel-dir /dist .
 
-# --- the embedded default models ---------------------------------------------------------------
-# whisper-base is converted to ONNX with torch (CPU); TurnSense and Silero VAD are unpacked from their wheels. All
-# results are platform-independent files, so this stage runs on the build machine's platform and
-# the service images copy the cache without ever containing torch.
+# --- the embedded models the service images carry ---------------------------------------------
+# TurnSense and Silero VAD, unpacked from their wheels (no torch): platform-independent files, so
+# this stage runs on the build machine's platform. The GPU and Orin images copy this cache alone:
+# they run SenseVoice (mounted at /models), so whisper-base (~0.18 GB) would be dead weight there.
 # python:3.11-slim-bookworm, pinned by digest (utils/pin_base_images.sh)
-FROM --platform=$BUILDPLATFORM python:3.11-slim-bookworm@sha256:a36c24f9cbdf4fd0f52d67f0823eeac19c2028c637cecc392d97f980d4fec56b AS models
+FROM --platform=$BUILDPLATFORM python:3.11-slim-bookworm@sha256:a36c24f9cbdf4fd0f52d67f0823eeac19c2028c637cecc392d97f980d4fec56b AS models-service
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1 \
+    ORT_DISABLE_TELEMETRY=1 \
     KITT_STT__MODELS__CACHE_DIR=/models
 COPY deployment/pins/ /pins/
 COPY deployment/locks/cpu.txt /locks/cpu.txt
-# kitt-stt's requirements from the CPU image's hashed lock (it resolves identically on x86-64 and
-# arm64 build machines), then torch from PyTorch's CPU index (--index-url: PyPI's Linux torch is the
+# kitt-stt's requirements from the CPU lock, which resolves identically on x86-64 and arm64 build
+# machines (utils/lock_images.sh checks it).
+RUN --mount=type=bind,from=wheel,source=/dist,target=/dist \
+    python -m pip install --require-hashes --no-deps --only-binary=:all: -r /locks/cpu.txt \
+ && python -m pip install --no-deps /dist/kitt_stt-*.whl \
+ && kitt-stt models pull turnsense \
+ && kitt-stt models pull silero-vad \
+ && kitt-stt models verify turnsense \
+ && kitt-stt models verify silero-vad
+
+# --- plus whisper-base, the embedded default ASR model (the CPU image's config.yaml) --------------
+# Converted to ONNX with torch from PyTorch's CPU index (--index-url: PyPI's Linux torch is the
 # CUDA build, ~2 GB more). torch and what it pulls in are pinned by version, not hashed (that index
 # is not reachable where the locks are made); they only convert whisper-base here, whose result
 # `kitt-stt models verify` checks, and never reach a service image.
-RUN python -m pip install --require-hashes --no-deps --only-binary=:all: -r /locks/cpu.txt \
- && python -m pip install --index-url https://download.pytorch.org/whl/cpu -c /pins/models.txt torch
+FROM models-service AS models
+RUN python -m pip install --index-url https://download.pytorch.org/whl/cpu -c /pins/models.txt torch
 COPY config.yaml /src/config.yaml
-RUN --mount=type=bind,from=wheel,source=/dist,target=/dist \
-    python -m pip install --no-deps /dist/kitt_stt-*.whl \
- && kitt-stt models prepare --config /src/config.yaml \
- && kitt-stt models verify whisper-base \
- && kitt-stt models verify turnsense \
- && kitt-stt models verify silero-vad
+RUN kitt-stt models prepare --config /src/config.yaml \
+ && kitt-stt models verify whisper-base
 
 # --- what both service images share ------------------------------------------------------------
 # python:3.11-slim-bookworm, pinned by digest (utils/pin_base_images.sh)
@@ -75,6 +84,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:$PATH \
+    ORT_DISABLE_TELEMETRY=1 \
     KITT_STT__SERVER__HOST=0.0.0.0 \
     KITT_STT__MODELS__CACHE_DIR=/var/cache/kitt-stt/models
 # A numeric user (uid/gid 10001) so Kubernetes' runAsNonRoot can verify it. The code and the
@@ -113,12 +123,13 @@ RUN --mount=type=bind,from=wheel,source=/dist,target=/dist \
  && mkdir -p /var/cache/kitt-stt/trt/engines /var/cache/kitt-stt/trt/timing \
  && chown -R 10001:10001 /var/cache/kitt-stt/trt
 COPY config.yaml config-k8s.yaml config-k3s-orin.yaml ./
-COPY --from=models --chown=10001:10001 /models /var/cache/kitt-stt/models
+# TurnSense and Silero VAD only: the pods run SenseVoice from the /models volume.
+COPY --from=models-service --chown=10001:10001 /models /var/cache/kitt-stt/models
 USER 10001:10001
 # Build-time smoke test (no GPU here): the GPU build of onnxruntime is the one installed, every
 # shared library its CUDA and TensorRT providers link resolves, pip sees no broken requirement
-# (other than the CPU onnxruntime left out on purpose), the baked models are intact, and the
-# doctor passes on the GPU configuration for everything but the device (--no-device: no GPU at
+# (other than the CPU onnxruntime left out on purpose), the baked models (TurnSense, Silero VAD) are
+# intact, and the doctor passes on the GPU configuration for everything but the device (--no-device: no GPU at
 # build time; the mounted SenseVoice model is only a warning).
 RUN python -c 'import onnxruntime as ort, sys; p = ort.get_available_providers(); print(ort.__version__, p); sys.exit(0 if {"TensorrtExecutionProvider", "CUDAExecutionProvider"} <= set(p) else "onnxruntime here is not the GPU build")' \
  && capi="$(python -c 'import onnxruntime, pathlib; print(pathlib.Path(onnxruntime.__file__).parent / "capi")')" \
@@ -128,7 +139,6 @@ RUN python -c 'import onnxruntime as ort, sys; p = ort.get_available_providers()
     done \
  && broken="$(pip check 2>&1 | grep -v -e '^No broken requirements' -e '^kitt-stt [^ ]* requires onnxruntime, which is not installed' || true)" \
  && if [ -n "$broken" ]; then echo "$broken" >&2; exit 1; fi \
- && kitt-stt models verify whisper-base \
  && kitt-stt models verify turnsense \
  && kitt-stt models verify silero-vad \
  && kitt-stt doctor --no-device --config /app/config-k8s.yaml
@@ -139,8 +149,9 @@ CMD ["kitt-stt", "serve", "--config", "/app/config-k8s.yaml"]
 
 # --- CPU (the default target) ------------------------------------------------------------------
 FROM base AS cpu
+# cpu-x86_64.txt: the CPU lock plus the eot-lm extra (pocketsphinx, x86-64 wheels only).
 RUN --mount=type=bind,from=wheel,source=/dist,target=/dist \
-    pip install --require-hashes --no-deps --only-binary=:all: -r /opt/kitt-stt/locks/cpu.txt \
+    pip install --require-hashes --no-deps --only-binary=:all: -r /opt/kitt-stt/locks/cpu-x86_64.txt \
  && pip install --no-deps /dist/kitt_stt-*.whl
 COPY config.yaml config-k8s.yaml config-k3s-orin.yaml ./
 COPY --from=models --chown=10001:10001 /models /var/cache/kitt-stt/models

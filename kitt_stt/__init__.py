@@ -13,7 +13,15 @@ Top-level modules: ``cli`` (the ``kitt-stt`` command; ``cli_models`` its ``model
 ``quote`` (client text in messages, bounded).
 """
 
+import os as _os
 from importlib import metadata as _metadata
+
+# onnxruntime's telemetry (its 1DS client, on Linux too) writes a device id and an event database
+# under $HOME/.cache/Microsoft at every import, and warns when it cannot (a read-only root, HOME
+# unset). Its switch is this variable, read when onnxruntime is first imported, which is why it is
+# set here, before any kitt_stt module imports it; ``onnxruntime.disable_telemetry_events()`` comes
+# after that import and does not stop the files. An operator who wants the telemetry sets it to 0.
+_os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 
 try:  # one source: the version in pyproject.toml, as installed (the API docs show it)
     __version__ = _metadata.version("kitt-stt")

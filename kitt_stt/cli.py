@@ -22,11 +22,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from kitt_stt.asr.sense_voice_model import ModelError
     from kitt_stt.logs import configure_logging
     from kitt_stt.models.vad_model import prepare_vad
+    from kitt_stt.observability.trace import TracePathError, check_trace_path
     from kitt_stt.ops.trt_cache import prepare_serve
     from kitt_stt.server.app import create_app
     from kitt_stt.server.runner import run
     from kitt_stt.turn.combiner import CombinerError
-    from kitt_stt.turn.policy_factory import build_policy
+    from kitt_stt.turn.policy_factory import build_policy, load_at_start
     from kitt_stt.turnsense.model import TurnModelError
     from kitt_stt.turnsense.runner import build_turn_model
 
@@ -35,6 +36,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _fail(str(exc))
     log_buffer = configure_logging(config)
+    if config.tracing.enabled:  # before the minutes an engine build may take, not at the first flush
+        try:
+            check_trace_path(config.tracing.path)
+        except TracePathError as exc:
+            return _fail(str(exc))
     started = time.perf_counter()
     try:
         config = prepare_serve(config)  # TensorRT: the keyed engine directory, its EP-context model if built
@@ -46,7 +52,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except (ModelError, TurnModelError) as exc:
         return _fail(f"cannot load the end-of-turn model: {exc}")
     try:
-        build_policy(config, turn_model is not None)  # each seat builds its own; refuse bad weights now
+        # each seat builds its own; refuse bad weights, and say what the policy lacks, now
+        load_at_start(build_policy(config, turn_model is not None))
     except CombinerError as exc:
         return _fail(f"cannot load the end-of-turn decision: {exc}")
     try:

@@ -21,11 +21,13 @@ from __future__ import annotations
 import base64
 import copy
 import functools
+import math
 import os
 import re
 import shlex
 import shutil
 import subprocess
+import time
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -123,7 +125,7 @@ def config_of(container: Obj) -> str | None:
     if "--config" in line:
         return line[line.index("--config") + 1]
     if line[:2] == ["/bin/sh", "-c"]:
-        match = re.search(r"config=(\S+)", line[2])
+        match = re.search(r"(?:--config[= ]|config=)(\S+)", line[2])
         return match.group(1) if match else None
     return None
 
@@ -340,7 +342,7 @@ def site_overlay(tmp_path: Path, overlay: str, components: list[str]) -> list[Ob
 
 def test_every_component_is_a_kustomize_component() -> None:
     names = sorted(path.name for path in COMPONENTS.iterdir() if path.is_dir())
-    assert names == ["keda", "nvidia-runtime-class", "prometheus-operator"]
+    assert names == sorted(["keda", "nvidia-runtime-class", "prometheus-operator", *INGRESS_COMPONENTS])
     for name in names:
         kustomization = yaml.safe_load((COMPONENTS / name / "kustomization.yaml").read_text())
         assert kustomization["kind"] == "Component", name
@@ -449,6 +451,58 @@ INGRESS_PEERS = {
 }
 
 
+#: The components that name the ingress controller or gateway (deployment/components/from-*):
+#: the peer each one admits, in place of the overlay's.
+INGRESS_COMPONENTS = {
+    "from-ingress-nginx": ("ingress-nginx", (("app.kubernetes.io/name", "ingress-nginx"),)),
+    "from-traefik": ("traefik", (("app.kubernetes.io/name", "traefik"),)),
+    "from-traefik-k3s": ("kube-system", (("app.kubernetes.io/name", "traefik"),)),
+    "from-envoy-gateway": ("envoy-gateway-system", (("app.kubernetes.io/component", "proxy"),
+                                                    ("app.kubernetes.io/managed-by", "envoy-gateway"),
+                                                    ("app.kubernetes.io/name", "envoy"))),
+    "from-istio-ingressgateway": ("istio-system", (("istio", "ingressgateway"),)),
+}
+
+
+def policy_peers(policy: Obj) -> set[tuple[str, tuple[tuple[str, str], ...] | None]]:
+    """(namespace, sorted pod labels or None for the whole namespace) of every peer, each on port http."""
+    peers = set()
+    for rule in policy["spec"]["ingress"]:
+        assert [(p["port"], p["protocol"]) for p in rule["ports"]] == [("http", "TCP")]
+        for peer in rule["from"]:
+            assert set(peer) <= {"namespaceSelector", "podSelector"} and "namespaceSelector" in peer, \
+                "a peer without namespaceSelector means this namespace only; no ipBlock"
+            namespace = peer["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
+            pods = peer.get("podSelector", {}).get("matchLabels")
+            peers.add((namespace, tuple(sorted(pods.items())) if pods else None))
+    return peers
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+@pytest.mark.parametrize("component", ["from-traefik", "from-envoy-gateway"])
+def test_a_component_admits_another_ingress_controller(tmp_path: Path, overlay: str, component: str) -> None:
+    """A site on Traefik or a Gateway swaps the controller's peer with one component; Prometheus
+    stays admitted and nothing else changes."""
+    objects = site_overlay(tmp_path, overlay, [component])
+    [policy] = find(objects, "NetworkPolicy")
+    validate(policy)
+    assert policy_peers(policy) == {INGRESS_COMPONENTS[component], ("monitoring", None)}
+    [shipped] = find(rendered(overlay), "NetworkPolicy")
+    assert policy["spec"]["ingress"][1:] == shipped["spec"]["ingress"][1:]
+    assert [o for o in objects if o["kind"] != "NetworkPolicy"] == \
+        [o for o in rendered(overlay) if o["kind"] != "NetworkPolicy"]
+
+
+def test_every_ingress_component_renders_and_the_overlays_use_them(tmp_path: Path) -> None:
+    for index, component in enumerate(sorted(INGRESS_COMPONENTS)):
+        site = tmp_path / str(index)
+        site.mkdir()
+        [policy] = find(site_overlay(site, "rtx4090", [component]), "NetworkPolicy")
+        assert INGRESS_COMPONENTS[component] in policy_peers(policy), component
+    assert INGRESS_COMPONENTS["from-ingress-nginx"] in INGRESS_PEERS["rtx4090"], "the base's default"
+    assert INGRESS_COMPONENTS["from-traefik-k3s"] in INGRESS_PEERS["orin"]
+
+
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_network_policy_admits_only_the_ingress_and_prometheus(overlay: str) -> None:
     objects = rendered(overlay)
@@ -463,16 +517,8 @@ def test_network_policy_admits_only_the_ingress_and_prometheus(overlay: str) -> 
     server_ports = {p["name"]: p["containerPort"] for p in server_container(objects, overlay)["ports"]}
     service = one(objects, "Service")
     assert {p["targetPort"] for p in service["spec"]["ports"]} == set(server_ports)
-    peers = set()
-    for rule in spec["ingress"]:
-        assert [(p["port"], p["protocol"]) for p in rule["ports"]] == [("http", "TCP")]
-        assert server_ports["http"] == 8000
-        for peer in rule["from"]:
-            assert set(peer) <= {"namespaceSelector", "podSelector"} and "namespaceSelector" in peer, \
-                "a peer without namespaceSelector means this namespace only; no ipBlock"
-            namespace = peer["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
-            pods = peer.get("podSelector", {}).get("matchLabels")
-            peers.add((namespace, tuple(sorted(pods.items())) if pods else None))
+    assert server_ports["http"] == 8000
+    peers = policy_peers(policy)
     assert peers == INGRESS_PEERS[overlay]
     scaled = find(objects, "ScaledObject")
     for trigger in (t for s in scaled for t in s["spec"]["triggers"]):
@@ -656,6 +702,27 @@ def test_probes_and_resources(overlay: str) -> None:
     else:
         # Orin: memory shared by CPU and GPU; the TensorRT builder workspace must leave room
         assert effective_config(server).asr.tensorrt.max_workspace_mb <= 2048
+        # and no container's limit may take what the OS, k3s and the GPU allocations its cgroup
+        # may not count need on the smallest (8 GB) module (docs/deployment.md, "Jetson Orin")
+        for owner in pod_owners(objects):
+            for container in containers(owner["spec"]["template"]["spec"]):
+                limit = _gib(container["resources"]["limits"]["memory"])
+                assert limit <= ORIN_8GB_USABLE_GIB - ORIN_RESERVE_GIB, f"{container['name']}: limit {limit:.2f} GiB"
+
+
+#: An 8 GB Orin module's memory in GiB (8e9 bytes), and what a pod must leave of it: the OS and
+#: k3s (~1-1.5 GiB) and the GPU allocations L4T may not charge to the container's cgroup (the
+#: engine and its activations, ~0.7 GiB; docs/deployment.md, "Jetson Orin (k3s)").
+ORIN_8GB_USABLE_GIB = 8e9 / 2**30
+ORIN_RESERVE_GIB = 2.5
+
+
+def _gib(quantity: str) -> float:
+    """A Kubernetes memory quantity (binary or decimal suffix) in GiB."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?", quantity)
+    assert match, f"{quantity}: not a memory quantity this test reads"
+    scale = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+    return float(match.group(1)) * scale.get(match.group(2) or "", 1) / 2**30
 
 
 def _kitt_metrics() -> set[str]:
@@ -758,7 +825,8 @@ def test_rtx4090_model_volume_and_fill_job() -> None:
 
     job = one(objects, "Job")
     [pull] = job["spec"]["template"]["spec"]["containers"]
-    assert command_line(pull)[:4] == ["kitt-stt", "models", "pull", "sensevoice"]
+    assert command_line(pull)[-1].rstrip().splitlines()[-1].split()[:5] == \
+        ["exec", "kitt-stt", "models", "pull", "sensevoice"], "the write probe, then the pull"
     fill_mount = mount_of(pull, "models")
     assert fill_mount and not fill_mount.get("readOnly")
     job_volume = next(v for v in job["spec"]["template"]["spec"]["volumes"] if v["name"] == "models")
@@ -772,9 +840,71 @@ def test_rtx4090_model_volume_and_fill_job() -> None:
 
     pod = one(objects, "Deployment")["spec"]["template"]["spec"]
     [wait] = pod["initContainers"]
-    assert f"{model_dir}/.complete" in command_line(wait)[-1], "the servers wait for the finished install"
+    wait_env = {e["name"]: e["value"] for e in wait["env"]}
+    assert wait_env["MODEL_MARKER"] == f"{model_dir}/.complete", "the servers wait for the finished install"
+    deadline_s = one(objects, "Deployment")["spec"]["progressDeadlineSeconds"]
+    assert 0 < int(wait_env["WAIT_TIMEOUT_S"]) < deadline_s, "bounded, and said before the rollout is marked failed"
     [server_claim] = [v for v in pod["volumes"] if v["name"] == "models"]
     assert server_claim["persistentVolumeClaim"] == {"claimName": claim["metadata"]["name"], "readOnly": True}
+
+
+def _script(container: Obj) -> str:
+    line = command_line(container)
+    assert line[:2] == ["/bin/sh", "-c"], f"{container['name']}: not a shell script"
+    return line[2]
+
+
+def _run_script(script: str, env: dict[str, str], timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    sh = shutil.which("dash") or shutil.which("sh")
+    assert sh is not None
+    return subprocess.run([sh, "-c", script], env={"PATH": os.environ["PATH"], **env}, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_rtx4090_the_wait_for_the_model_is_bounded(tmp_path: Path) -> None:
+    """wait-for-model gives up after WAIT_TIMEOUT_S with exit 1 and says where to look (run here
+    with a 2 s bound), and returns at once when the install is complete."""
+    pod = one(rendered("rtx4090"), "Deployment")["spec"]["template"]["spec"]
+    [wait] = pod["initContainers"]
+    marker = tmp_path / "sensevoice" / ".complete"
+    env = {"MODEL_MARKER": str(marker), "WAIT_TIMEOUT_S": "2", "WAIT_INTERVAL_S": "1"}
+    started = time.monotonic()
+    result = _run_script(_script(wait), env)
+    assert result.returncode == 1
+    assert time.monotonic() - started < 10
+    assert f"ERROR: {marker} did not appear within 2 s" in result.stderr
+    assert "kubectl -n kitt-stt logs job/kitt-stt-model-fill" in result.stderr
+    assert "waiting for" in result.stdout
+    marker.parent.mkdir()
+    marker.write_text("")
+    done = _run_script(_script(wait), env)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+
+
+def test_rtx4090_the_fill_job_names_the_storage_fix_on_an_unwritable_volume(tmp_path: Path) -> None:
+    """Where kubelet did not apply fsGroup (in-tree NFS, CSI without fsGroupPolicy File), the Job
+    fails with the fixes, not with the pull's EACCES; on a writable volume it runs the pull."""
+    [pull] = one(rendered("rtx4090"), "Job")["spec"]["template"]["spec"]["containers"]
+    script = _script(pull)
+    blocker = tmp_path / "read-only"  # a file: nothing can be created below it, not even by root
+    blocker.write_text("")
+    result = _run_script(script, {"KITT_STT__MODELS__CACHE_DIR": str(blocker / "models")})
+    assert result.returncode == 1
+    message = " ".join(result.stderr.split())
+    for fix in ("is not writable by uid", "fsGroupPolicy: File", "chown 10001:10001", "ReadWriteOnceWithFSType",
+                ".complete included"):
+        assert fix in message
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "kitt-stt").write_text('#!/bin/sh\necho "kitt-stt $*"\n')
+    (fake / "kitt-stt").chmod(0o755)
+    volume = tmp_path / "models"
+    volume.mkdir()
+    ran = subprocess.run([shutil.which("sh") or "sh", "-c", script], capture_output=True, text=True, timeout=30,
+                         env={"PATH": f"{fake}:{os.environ['PATH']}", "KITT_STT__MODELS__CACHE_DIR": str(volume)})
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.split() == ["kitt-stt", *command_line(pull)[-1].split("exec kitt-stt", 1)[1].split()]
+    assert not any(volume.iterdir()), "the probe leaves nothing behind"
 
 
 def test_orin_daemonset_one_pod_per_device_with_a_prebuilt_engine() -> None:
@@ -813,6 +943,26 @@ def test_orin_daemonset_one_pod_per_device_with_a_prebuilt_engine() -> None:
     assert volumes["trt-cache"]["hostPath"]["path"] != volumes["models"]["hostPath"]["path"]
 
 
+def test_orin_tensorrt_profile_is_sized_from_the_longest_segment() -> None:
+    """The profile's longest input is exactly what vad.max_segment_ms lets through (60 ms LFR
+    frames): not less (start-up refuses that), not more (activation memory on an 8 GB module)."""
+    config = effective_config(server_container(rendered("orin"), "orin"))
+    needed = math.ceil(config.vad.max_segment_ms / 60)
+    assert config.asr.tensorrt.profile_max_frames == needed == 500
+    assert config.asr.tensorrt.profile_opt_frames <= needed
+
+
+def test_the_orin_configs_comments_match_its_settings() -> None:
+    """The seat arithmetic in config-k3s-orin.yaml's comment is the config's own."""
+    config = effective_config(server_container(rendered("orin"), "orin"))
+    text = (REPO / "config-k3s-orin.yaml").read_text()
+    match = re.search(r"up to (\d+) connections of up to (\d+) seats each.*?up to (\d+) seats", text, re.DOTALL)
+    assert match, "config-k3s-orin.yaml: the VAD comment's seat count"
+    connections, seats, total = map(int, match.groups())
+    assert (connections, seats, total) == (config.server.max_connections, config.server.max_seats,
+                                           config.server.max_connections * config.server.max_seats)
+
+
 def test_the_documented_ingress_is_valid_and_routes_only_the_websocket() -> None:
     """docs/deployment.md's Ingress example: valid, and aimed at the Service's port and path."""
     docs = (REPO / "docs" / "deployment.md").read_text()
@@ -831,6 +981,24 @@ def test_the_documented_ingress_is_valid_and_routes_only_the_websocket() -> None
     backend = paths[0]["backend"]["service"]
     assert backend["name"] == service["metadata"]["name"]
     assert backend["port"]["name"] in {p["name"] for p in service["spec"]["ports"]}
+
+
+#: nginx variables that hold the query string (nginx's core and http modules' variable index).
+NGINX_QUERY_VARIABLES = re.compile(r"\$(request|request_uri|args|query_string|arg_\w+)\b")
+
+
+def test_the_documented_ingress_nginx_log_format_drops_query_strings() -> None:
+    """docs/deployment.md's ConfigMap for ingress-nginx: a `?token=` never reaches the controller's
+    log, and the line still has the method, the path and the status."""
+    docs = (REPO / "docs" / "deployment.md").read_text()
+    blocks = [yaml.safe_load(block) for block in re.findall(r"```yaml\n(.*?)```", docs, re.DOTALL)]
+    [config] = [b for b in blocks if isinstance(b, dict) and b.get("kind") == "ConfigMap"]
+    validate(config)
+    assert config["metadata"]["namespace"] == INGRESS_COMPONENTS["from-ingress-nginx"][0]
+    line = config["data"]["log-format-upstream"]
+    assert not NGINX_QUERY_VARIABLES.search(line), line
+    assert {"$request_method", "$uri", "$status", "$upstream_addr"} <= set(re.findall(r"\$\w+", line))
+    assert NGINX_QUERY_VARIABLES.search('"$request" $status'), "the check sees the default's $request"
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

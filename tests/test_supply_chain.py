@@ -20,7 +20,8 @@ from tests.test_images import DOCKERFILE, DOCKERFILE_ORIN, PINS, ROOT, instructi
 
 LOCKS = ROOT / "deployment" / "locks"
 #: The lock each image (or build stage) installs from.
-IMAGE_LOCKS = {"cpu": "cpu.txt", "gpu": "gpu-x86_64.txt", "orin": "orin-aarch64.txt", "wheel": "build.txt"}
+IMAGE_LOCKS = {"cpu": "cpu-x86_64.txt", "gpu": "gpu-x86_64.txt", "orin": "orin-aarch64.txt", "wheel": "build.txt",
+               "models-service": "cpu.txt"}
 #: Installs that are pinned by version but not hashed, each for a reason that is documented in
 #: docs/deployment.md ("Supply chain"): the index that serves them is not reachable where the
 #: locks are made, so no hash could be recorded honestly.
@@ -170,6 +171,7 @@ def _requirement_names() -> set[str]:
 
 @pytest.mark.parametrize("lock_name,pins_names,gpu", [
     ("cpu.txt", ["cpu.txt"], None),
+    ("cpu-x86_64.txt", ["cpu.txt"], None),
     ("gpu-x86_64.txt", ["cpu.txt", "gpu-x86_64.txt"], "onnxruntime-gpu"),
     ("orin-aarch64.txt", ["orin.txt"], "jetson"),
 ])
@@ -191,6 +193,33 @@ def test_locks_agree_with_the_pins_and_the_project(lock_name: str, pins_names: l
         assert "onnxruntime-gpu" in locked and "onnxruntime" not in locked
     else:  # the Jetson build comes from NVIDIA's index, by hash (orin-onnxruntime-gpu.txt)
         assert "onnxruntime" not in locked and "onnxruntime-gpu" not in locked
+
+
+def _eot_lm_requirement() -> tuple[str, str]:
+    """pyproject.toml's `eot-lm` extra: (name, version) of its one requirement, pocketsphinx."""
+    match = re.search(r'^eot-lm = \["([A-Za-z0-9._-]+)==([^;"]+)[;"]', (ROOT / "pyproject.toml").read_text(),
+                      re.MULTILINE)
+    assert match, "pyproject.toml: no eot-lm extra"
+    return match.group(1).lower(), match.group(2).strip()
+
+
+@pytest.mark.parametrize("lock_name", ["cpu-x86_64.txt", "gpu-x86_64.txt"])
+def test_the_x86_64_service_images_carry_the_eot_lm_extra(lock_name: str) -> None:
+    """turn.policy fused's language model (pocketsphinx) is in the x86-64 images, at pyproject's
+    version; without it the feature would go quietly neutral (docs/turns.md)."""
+    name, version = _eot_lm_requirement()
+    locked, _ = lock_problems((LOCKS / lock_name).read_text())
+    assert locked.get(name) == version, f"{lock_name}: {name} {locked.get(name)}, eot-lm wants {version}"
+
+
+def test_the_orin_image_has_no_eot_lm_and_the_docs_say_so() -> None:
+    """pocketsphinx has no aarch64 wheel: the Orin lock cannot hold it, and docs/deployment.md says
+    what that means for turn.policy fused there."""
+    name, _ = _eot_lm_requirement()
+    locked, _ = lock_problems((LOCKS / "orin-aarch64.txt").read_text())
+    assert name not in locked
+    docs = " ".join((ROOT / "docs" / "deployment.md").read_text().split())
+    assert "no aarch64 wheel" in docs and "turn.policy: fused" in docs
 
 
 def test_the_locks_have_a_refresh_target() -> None:

@@ -13,10 +13,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from kitt_stt.config.schema import AppConfig, TurnConfig, TurnPolicy
 from kitt_stt.pipeline.eot import CommitReason, HoldRule, TurnContext
 from kitt_stt.turn import sentence_end as lm
 from kitt_stt.turn.combiner import Combiner
 from kitt_stt.turn.fused_policy import FusedPolicy, FusedSettings
+from kitt_stt.turn.policy_factory import build_policy, load_at_start
 from kitt_stt.turnsense.model import TurnPrediction
 from tests.helpers import POCKETSPHINX_WHEEL
 
@@ -61,6 +63,20 @@ def test_a_missing_model_is_neutral_and_said_once(monkeypatch: pytest.MonkeyPatc
         assert lm.sentence_end("turn on the") == 0.0
     warnings = [r for r in caplog.records if "pocketsphinx is not installed" in r.getMessage()]
     assert len(warnings) == 1 and "neutral" in warnings[0].getMessage()
+
+
+def test_a_fused_server_says_at_start_up_that_the_model_is_missing(monkeypatch: pytest.MonkeyPatch,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    """What `kitt-stt serve` does with turn.policy fused where pocketsphinx is missing (the Orin
+    image): the warning comes with the start-up, before any turn, and names the arch."""
+    monkeypatch.setattr(lm, "_loaded", [])
+    monkeypatch.setitem(sys.modules, "pocketsphinx", None)
+    config = AppConfig(turn=TurnConfig(policy=TurnPolicy.FUSED))
+    with caplog.at_level(logging.WARNING, logger=lm.__name__):
+        load_at_start(build_policy(config, has_model=True))
+    [warning] = [r.getMessage() for r in caplog.records if "pocketsphinx is not installed" in r.getMessage()]
+    assert "turn.policy fused" in warning and "aarch64" in warning
+    assert lm._loaded == [None], "tried once, at start-up"
 
 
 def _done(probability: float) -> asyncio.Future[TurnPrediction]:

@@ -5,6 +5,7 @@ Every default is chosen in ``docs/configuration.md``; keep the two in step.
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 from pydantic import Field, field_validator, model_validator
@@ -196,11 +197,18 @@ class LoggingConfig(Section):
     json_format: bool = False
 
 
+def default_trace_path() -> Path:
+    """``tracing.path``'s default: absolute, in the temporary directory (writable in every image)."""
+    return Path(tempfile.gettempdir()) / "kitt-stt" / "kitt-stt.trace.json.gz"
+
+
 class TracingConfig(Section):
     """Chrome-trace timeline (open in ui.perfetto.dev); off by default."""
 
     enabled: bool = False
-    path: Path = Path("traces/kitt-stt.trace.json.gz")
+    # Under the temporary directory ($TMPDIR, else /tmp), not relative to the working directory:
+    # the images' /app is read-only, /tmp is the pods' writable emptyDir.
+    path: Path = Field(default_factory=lambda: default_trace_path())
     max_events: int = Field(default=100_000, ge=100)
     max_bytes: int = Field(default=32 << 20, ge=1 << 16)
     flush_interval_s: float = Field(default=30.0, gt=0)

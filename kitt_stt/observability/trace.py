@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kitt_stt.config.schema import default_trace_path
+
 log = logging.getLogger(__name__)
 
 _EVENT_OVERHEAD_BYTES = 96  # keys, punctuation and numbers of one serialised complete event
@@ -148,6 +150,28 @@ class Tracer:
         return "".join(self.render(*self.snapshot()))
 
 
+class TracePathError(OSError):
+    """``tracing.path`` cannot be written: said at start-up, not at the first flush."""
+
+
+def check_trace_path(path: Path) -> None:
+    """Create ``path``'s directory and write a probe file in it, or raise TracePathError saying what to do.
+
+    A real write, not ``os.access``: that answers yes to root and knows nothing of a read-only
+    mount (the images' root filesystem in the pods).
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        probe = path.with_name(f".{path.name}.probe-{os.getpid()}")
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise TracePathError(
+            f"tracing.path {path}: cannot write in {path.parent} ({exc.strerror or exc}); point tracing.path at a "
+            f"writable directory: an absolute path under /tmp (the default, {default_trace_path()}) or a "
+            "volume (the images' root filesystem is read-only in the pods)") from exc
+
+
 class TraceWriter:
     """Background thread that periodically writes ``path`` (gzip JSON), rotating old files."""
 
@@ -161,7 +185,7 @@ class TraceWriter:
         self._thread = threading.Thread(target=self._run, name="trace-writer", daemon=True)
 
     def start(self) -> None:
-        self._path.parent.mkdir(parents=True, exist_ok=True)
+        check_trace_path(self._path)
         self._thread.start()
 
     def stop(self) -> None:

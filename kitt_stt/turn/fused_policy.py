@@ -44,6 +44,11 @@ class FusedPolicy(EotPolicy):
         self.hold = hold
         self._uses_lm = "sentence_end" in combiner.features  # weights fitted without it never load it
 
+    @property
+    def uses_language_model(self) -> bool:
+        """Whether these weights read the sentence-end LM (pocketsphinx), so start-up should load it."""
+        return self._uses_lm
+
     async def decide(self, context: TurnContext) -> Decision:
         settings = self.settings
         words, shape = await _evidence(context, uses_lm=self._uses_lm)

@@ -100,8 +100,9 @@ def _read() -> SentenceEndModel | None:
     try:
         import pocketsphinx
     except ImportError as exc:
-        log.warning("end of turn: pocketsphinx is not installed (%s); the sentence-end language model "
-                    "feature is neutral (docs/turns.md)", exc)
+        log.warning("turn.policy fused: pocketsphinx is not installed (%s; the eot-lm extra, which has no "
+                    "aarch64 wheel, so the Jetson Orin image lacks it); the sentence-end language model "
+                    "feature is neutral, the policy runs on the others (docs/turns.md)", exc)
         return None
     try:
         return SentenceEndModel(pocketsphinx.NGramModel.readfile(pocketsphinx.get_model_path(LM_NAME)))
