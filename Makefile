@@ -43,7 +43,7 @@ CHROMIUM ?= /usr/bin/chromium
 # two cores: the suite mostly waits on the wall clock (real-time streaming, turn waits), docs/testing.md.
 PYTEST_WORKERS ?= 3
 
-.PHONY: serve console test test-py310 test-latest lint typecheck unit clean locks
+.PHONY: serve console test test-py310 test-latest lint typecheck unit clean locks pin-image
 
 $(SERVE_STAMP): $(SERVE_LOCK) pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -125,6 +125,11 @@ locks:
 	@test -x $(LOCKS_VENV)/bin/uv || { $(PYTHON) -m venv $(LOCKS_VENV) && $(LOCKS_VENV)/bin/python -m pip install --quiet 'uv==0.13.9'; }
 	UV=$(LOCKS_VENV)/bin/uv utils/lock_images.sh
 	UV=$(LOCKS_VENV)/bin/uv utils/lock_dev.sh
+
+## Pin an overlay's (or your site's) image by digest after pushing it (docs/deployment.md):
+##   make pin-image OVERLAY=deployment/overlays/rtx4090 IMAGE=registry.example.com/kitt-stt:0.4.0-gpu
+pin-image:
+	$(PYTHON) utils/pin_image.py $(OVERLAY) $(IMAGE) $(if $(DIGEST),--digest $(DIGEST))
 
 clean:
 	rm -rf $(VENV) $(VENV310) $(VENV_LATEST) .cache/test-models .cache/test-artefacts $(CONSOLE)/node_modules .pytest_cache .mypy_cache .ruff_cache
