@@ -123,3 +123,20 @@ def test_whisper_hears_the_end_of_a_long_upload(tmp_path: Path, model_cache: Pat
     assert all(segment.end - segment.start <= 29.5 for segment in verbose.segments)
     assert "not used" in raw.headers["x-kitt-prompt"]
     assert verbose.words == [] and "does not time words" in raw.headers["x-kitt-words"]
+
+
+def test_a_long_piece_without_pauses_is_cut_within_the_limit_and_loses_nothing() -> None:
+    """65 s of speech with no gap between phrases: every piece within the engine's 29.5 s, pre-roll
+    included, the pieces back to back, and all of the segment's audio decoded exactly once."""
+    from kitt_stt.config.schema import VadConfig
+    from kitt_stt.server.file_transcription import cut_segments
+
+    speech = np.concatenate([_voiced("en_turn_on_the_air_conditioning", margin_s=0.0)] * 40)
+    samples = np.concatenate([np.zeros(8000, np.int16), speech, np.zeros(16000, np.int16)])
+    pieces = cut_segments(samples, VadConfig(silence_ms=2000), longest_ms=29_500)
+    assert len(pieces) >= 3
+    assert all(piece.samples.shape[0] <= 29_500 * 16 for piece in pieces)
+    assert all(a.end_ms == b.first_sample_ms == b.start_ms for a, b in pairwise(pieces))
+    whole = np.concatenate([piece.samples for piece in pieces])
+    start = pieces[0].first_sample_ms * 16
+    assert np.array_equal(whole, samples[start:start + whole.shape[0]])
