@@ -1,8 +1,9 @@
 """Real engines with one thing changed, for tests: every decode slower (a loaded accelerator), the
-tone model's words written as Mandarin number words (as Whisper writes them, for ITN), a hotword
-list that cannot be prepared, or a short longest input (as Whisper's 29.5 s, in seconds). Used in
+tone model's words written as Mandarin or English number words (as Whisper writes them, for ITN),
+a hotword list that cannot be prepared, or a longest input of 2 s (Whisper's is 29.5 s). Used in
 a pipeline directly, or in a real server through :func:`serve_with` (tests/slow_decode_server.py,
-tests/number_words_server.py, tests/failing_hotwords_server.py, tests/short_input_server.py)."""
+tests/number_words_server.py, tests/english_numbers_server.py, tests/failing_hotwords_server.py,
+tests/short_input_server.py)."""
 
 from __future__ import annotations
 
@@ -56,6 +57,19 @@ class NumberWords(WrappedEngine):
 
     def decode_batch(self, requests: Sequence[AsrRequest], timer: StageTimer | None = None) -> list[AsrResult]:
         return [AsrResult(text=NUMBER_WORDS.get(result.text, result.text), lang="zh")
+                for result in self.inner.decode_batch(requests, timer)]
+
+
+#: what the tone engine hears -> what EnglishNumbers writes: issue 33's spaced and misread examples
+ENGLISH_NUMBERS = {"打开车门": "Leave at ten forty five!", "关车窗": "It is twenty percent."}
+
+
+class EnglishNumbers(WrappedEngine):
+    """The tone engine's texts rewritten by :data:`ENGLISH_NUMBERS`, in English, as Whisper writes
+    a sentence (capital, punctuation, numbers as words)."""
+
+    def decode_batch(self, requests: Sequence[AsrRequest], timer: StageTimer | None = None) -> list[AsrResult]:
+        return [AsrResult(text=ENGLISH_NUMBERS.get(result.text, result.text), lang="en")
                 for result in self.inner.decode_batch(requests, timer)]
 
 

@@ -7,10 +7,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import httpx
 import pytest
 
 from kitt_stt.text.itn import WetextNormalizer
 from kitt_stt.text.language import TextLanguage
+from tests.helpers import run_server, tone_pcm, wav_bytes
 
 TABLE = Path(__file__).parent / "fixtures/text/itn_phrases.tsv"
 NORMALIZER = WetextNormalizer()
@@ -54,3 +56,15 @@ def test_punctuation_keeps_its_place(lang: str, spoken: str, accepted: tuple[str
     written = NORMALIZER.normalize(spoken, TextLanguage(lang))
     assert len(SPACED_MARK.findall(written)) <= len(SPACED_MARK.findall(spoken)), written
     assert SENTENCE_MARKS.findall(written) == SENTENCE_MARKS.findall(spoken), written
+
+
+def test_a_real_server_writes_the_issue_examples_without_stray_spaces(tmp_path: Path, model_cache: Path) -> None:
+    """Through the server's text stage (ITN in its worker process) on an upload: the engine writes
+    "Leave at ten forty five!" and "It is twenty percent." (it was "Leave at 1045 !", "It is 20% .")."""
+    pcm = tone_pcm("打开车门", tail_ms=1000) + tone_pcm("关车窗", tail_ms=600)
+    with run_server(tmp_path, model_cache, module="tests.english_numbers_server") as server:
+        response = httpx.post(f"{server.http}/v1/audio/transcriptions", timeout=60,
+                              files={"file": ("turns.wav", wav_bytes(pcm))},
+                              data={"model": "whisper-1", "response_format": "verbose_json", "language": "en"})
+    assert response.status_code == 200, response.text
+    assert [segment["text"] for segment in response.json()["segments"]] == ["Leave at 10:45!", "It is 20%."]
