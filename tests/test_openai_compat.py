@@ -5,6 +5,7 @@ word timestamps on an engine that has none said so rather than left silently emp
 
 from __future__ import annotations
 
+import time
 import wave
 from itertools import pairwise
 from pathlib import Path
@@ -140,3 +141,29 @@ def test_a_long_piece_without_pauses_is_cut_within_the_limit_and_loses_nothing()
     whole = np.concatenate([piece.samples for piece in pieces])
     start = pieces[0].first_sample_ms * 16
     assert np.array_equal(whole, samples[start:start + whole.shape[0]])
+
+
+def test_a_stream_the_client_leaves_frees_its_slot_and_drops_its_decodes(tmp_path: Path, model_cache: Path) -> None:
+    """transcriptions.max_concurrent: 1, decodes 0.15 s slower: a client that reads the first delta
+    of a 12-segment upload and hangs up must not keep the server's one upload slot (the next upload
+    would get 429 for ever) nor leave its remaining decodes queued."""
+    import httpx
+
+    pcm = tone_pcm("打开车门", tail_ms=600) * 12
+    form = {"model": "whisper-1", "stream": "true"}
+    overrides = {"transcriptions": {"max_concurrent": 1}}
+    with run_server(tmp_path, model_cache, overrides, module="tests.slow_decode_server") as server:
+        url = f"{server.http}/v1/audio/transcriptions"
+        with httpx.stream("POST", url, files={"file": ("long.wav", wav_bytes(pcm))}, data=form, timeout=30) as sent:
+            first = next(line for line in sent.iter_lines() if line.startswith("data: "))
+        assert '"transcript.text.delta"' in first
+        deadline = time.monotonic() + 10
+        while (answer := httpx.post(url, files={"file": ("short.wav", wav_bytes(tone_pcm("关车窗")))},
+                                    data={"model": "whisper-1"}, timeout=30)).status_code == 429:
+            assert time.monotonic() < deadline, "the slot of the stream the client left was never freed"
+            time.sleep(0.1)
+        assert answer.status_code == 200 and answer.json()["text"] == "关车窗"
+        # left queued, the other 11 decodes (1.65 s of them) would still be waiting here
+        assert "kitt_scheduler_queue_depth 0.0" in httpx.get(f"{server.http}/metrics", timeout=10).text
+        log = server.log()
+    assert "file transcription failed" not in log
