@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from kitt_stt.text.itn_context import english_clock_times, lowered_start, restored_start, split_punctuation
+from kitt_stt.text.itn_context import english_number_words, lowered_start, restored_start, split_punctuation
 from kitt_stt.text.itn_style import spoken_units
 from kitt_stt.text.language import TextLanguage
 
@@ -90,7 +90,7 @@ class WetextNormalizer(InverseNormalizer):
             return text
         spoken, capital = text.strip(), ""
         if language is TextLanguage.EN:
-            spoken, capital = lowered_start(english_clock_times(spoken), _EN_NUMBER)
+            spoken, capital = lowered_start(english_number_words(spoken), _EN_NUMBER)
         written = _normalizer(language).normalize(spoken) if has_number(spoken, language) else spoken
         written = restored_start(written, capital)
         if self._params.spoken_units:

@@ -12,7 +12,8 @@ The grammar reads only lower-case words, so a capitalised number word that start
 The English grammar reads an hour of ten to twelve followed by minutes as a year ("ten forty five"
 became 1045), and "seven oh five" as 705; after a word that announces a time ("at", "by",
 "until", ...) such words are written as the clock time here, before the grammar sees them. A
-time followed by "am"/"pm"/"o'clock" is left to the grammar, which reads those right.
+time followed by "am"/"pm"/"o'clock" is left to the grammar, which reads those right. It reads
+"twenty one" but not "twenty-one" (as Whisper writes it), so the hyphen goes first.
 """
 
 from __future__ import annotations
@@ -75,8 +76,9 @@ def restored_start(written: str, word: str) -> str:
     return written
 
 
-def english_clock_times(text: str) -> str:
-    """``text`` with the clock times after "at", "by", "until", ... written as digits ("at 10:45")."""
+def english_number_words(text: str) -> str:
+    """``text`` with the clock times after "at", "by", "until", ... written as digits ("at 10:45"),
+    and hyphenated number words ("twenty-one", "forty-second") as two words, as the grammar reads them."""
     text = _HYPHENATED.sub(r"\1 ", text)  # "twenty-one" is two number words to the grammar too
     return _CLOCK.sub(_clock, text)
 
