@@ -1,11 +1,13 @@
 """Real engines with one thing changed, for tests: every decode slower (a loaded accelerator), the
-tone model's words written as Mandarin number words (as Whisper writes them, for ITN), or a hotword
-list that cannot be prepared. Used in a pipeline directly, or in a real server through
-:func:`serve_with` (tests/slow_decode_server.py, tests/number_words_server.py,
-tests/failing_hotwords_server.py)."""
+tone model's words written as Mandarin or English number words (as Whisper writes them, for ITN),
+a hotword list that cannot be prepared, or a longest input of 2 s (Whisper's is 29.5 s). Used in
+a pipeline directly, or in a real server through :func:`serve_with` (tests/slow_decode_server.py,
+tests/number_words_server.py, tests/english_numbers_server.py, tests/failing_hotwords_server.py,
+tests/short_input_server.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -56,6 +58,36 @@ class NumberWords(WrappedEngine):
     def decode_batch(self, requests: Sequence[AsrRequest], timer: StageTimer | None = None) -> list[AsrResult]:
         return [AsrResult(text=NUMBER_WORDS.get(result.text, result.text), lang="zh")
                 for result in self.inner.decode_batch(requests, timer)]
+
+
+#: what the tone engine hears -> what EnglishNumbers writes: issue 33's spaced and misread examples
+ENGLISH_NUMBERS = {"打开车门": "Leave at ten forty five!", "关车窗": "It is twenty percent."}
+
+
+class EnglishNumbers(WrappedEngine):
+    """The tone engine's texts rewritten by :data:`ENGLISH_NUMBERS`, in English, as Whisper writes
+    a sentence (capital, punctuation, numbers as words)."""
+
+    def decode_batch(self, requests: Sequence[AsrRequest], timer: StageTimer | None = None) -> list[AsrResult]:
+        return [AsrResult(text=ENGLISH_NUMBERS.get(result.text, result.text), lang="en")
+                for result in self.inner.decode_batch(requests, timer)]
+
+
+SHORT_INPUT_MS = 2000  #: what ShortInput reads of a decode
+
+
+class ShortInput(WrappedEngine):
+    """Reads only the first :data:`SHORT_INPUT_MS` of a decode and says so in its info, as
+    sherpa-onnx's Whisper reads 29.5 s and drops the rest."""
+
+    def __init__(self, inner: AsrEngine) -> None:
+        super().__init__(inner)
+        self.info = dataclasses.replace(inner.info, longest_input_ms=SHORT_INPUT_MS)
+
+    def decode_batch(self, requests: Sequence[AsrRequest], timer: StageTimer | None = None) -> list[AsrResult]:
+        clipped = [dataclasses.replace(request, samples=request.samples[: SHORT_INPUT_MS * 16], features=None)
+                   for request in requests]
+        return self.inner.decode_batch(clipped, timer)
 
 
 def serve_with(wrapper: Callable[[AsrEngine], AsrEngine]) -> None:

@@ -179,7 +179,7 @@ async def test_an_abandoned_upload_leaves_nothing_queued() -> None:
     """A transcription whose task is cancelled (or whose decode failed) takes its queued segment
     decodes with it: nobody waits for them, and they would only delay other uploads."""
     from kitt_stt.config.schema import VadConfig
-    from kitt_stt.server.file_transcription import transcribe_file
+    from kitt_stt.server.file_transcription import decode_pieces, transcript_of
     from kitt_stt.text import TextStage
 
     engine = GatedEngine()
@@ -188,8 +188,8 @@ async def test_an_abandoned_upload_leaves_nothing_queued() -> None:
     try:
         blocker = await block_worker(scheduler, engine)
         samples = np.frombuffer(tone_pcm("打开", tail_ms=600) * 4, "<i2")  # four segments
-        task = asyncio.create_task(transcribe_file(samples, scheduler, VadConfig(silence_ms=300), TextStage(), "zh",
-                                                   True, (), False))
+        pieces = decode_pieces(samples, scheduler, VadConfig(silence_ms=300), TextStage(), "zh", True, (), False)
+        task = asyncio.create_task(transcript_of(pieces, samples, "zh"))
         while scheduler.queue_depth < 4:
             await asyncio.sleep(0.01)
         task.cancel()
@@ -210,7 +210,7 @@ def test_upload_itn_runs_in_the_worker_process(tone_dir: Path, monkeypatch: pyte
     from kitt_stt.asr.ort_sense_voice import OrtSenseVoiceEngine
     from kitt_stt.asr.sense_voice_model import load_sense_voice_model
     from kitt_stt.config.schema import AsrConfig, VadConfig
-    from kitt_stt.server.file_transcription import transcribe_file
+    from kitt_stt.server.file_transcription import decode_pieces, transcript_of
     from kitt_stt.text import TextStage
     from kitt_stt.text.itn import WetextNormalizer
     from tests.engine_wrappers import NumberWords
@@ -230,8 +230,9 @@ def test_upload_itn_runs_in_the_worker_process(tone_dir: Path, monkeypatch: pyte
         scheduler = InferenceScheduler(engine, workers=1)
         scheduler.start()
         try:
-            return await transcribe_file(samples, scheduler, VadConfig(engine="webrtc", silence_ms=300), TextStage(),
-                                         "zh", False, (), False)
+            pieces = decode_pieces(samples, scheduler, VadConfig(engine="webrtc", silence_ms=300), TextStage(),
+                                   "zh", False, (), False)
+            return await transcript_of(pieces, samples, "zh")
         finally:
             scheduler.stop()
 

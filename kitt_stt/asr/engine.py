@@ -86,6 +86,9 @@ class EngineInfo:
     languages: tuple[str, ...] = ("auto",)
     hotwords: bool = True  # False: the engine cannot bias decoding, so sessions asking for it are refused
     words: bool = False  # True: the engine times words and scores them from its own posteriors
+    # the longest audio one decode reads whole (None: any length); beyond it an engine clips or
+    # fails, so every path cuts its audio within it (uploads: server/file_transcription.py)
+    longest_input_ms: int | None = None
 
 
 class StageTimer:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult, EngineInfo, StageTimer
 from kitt_stt.asr.ort_sense_voice import OrtSenseVoiceEngine
-from kitt_stt.asr.providers import check_available, check_profile_covers_segments
+from kitt_stt.asr.providers import check_available, check_profile_covers_segments, profile_longest_ms
 from kitt_stt.asr.sense_voice_model import LANGUAGES, ModelError, load_sense_voice_model
 from kitt_stt.asr.sherpa_sense_voice import SherpaSenseVoiceEngine
 from kitt_stt.asr.sherpa_whisper import SherpaWhisperEngine
@@ -68,7 +68,8 @@ def plan_engine(config: AppConfig) -> EnginePlan:
     construct: Callable[[], AsrEngine]
     if resolved.kind == "whisper":
         whisper = _plan_whisper(config, resolved.directory)
-        info = EngineInfo(whisper.name, resolved.kind, "cpu", whisper.languages, hotwords=False)
+        info = EngineInfo(whisper.name, resolved.kind, "cpu", whisper.languages, hotwords=False,
+                          longest_input_ms=LONGEST_AUDIO_MS)
         options = asr.whisper
         detector = partial(WhisperLanguageDetector, whisper, num_threads=asr.num_threads,
                            window_frames=options.language_window_ms // 10, pad_frames=options.language_pad_frames,
@@ -86,7 +87,8 @@ def plan_engine(config: AppConfig) -> EnginePlan:
             if asr.provider is Provider.TENSORRT and context is not None and not context.is_file():
                 raise ModelError(f"asr.tensorrt.ep_context_model {context} does not exist: run `kitt-stt trt build` "
                                  "first, or leave it unset to use (or build) the keyed engine cache")
-            info = EngineInfo(model.name, resolved.kind, asr.provider.value, LANGUAGES, hotwords=True, words=True)
+            info = EngineInfo(model.name, resolved.kind, asr.provider.value, LANGUAGES, hotwords=True, words=True,
+                              longest_input_ms=profile_longest_ms(asr))
             construct = partial(OrtSenseVoiceEngine, model, kind=resolved.kind, config=asr)
         else:
             _require_cpu_greedy(config, "SenseVoice", instead="; use asr.engine: onnxruntime")
@@ -94,6 +96,7 @@ def plan_engine(config: AppConfig) -> EnginePlan:
             construct = partial(SherpaSenseVoiceEngine, model, kind=resolved.kind, num_threads=asr.num_threads,
                                 max_recognizers=asr.max_recognizers,
                                 detector=partial(OrtSenseVoiceEngine, model, kind=resolved.kind, config=asr))
+    _check_live_decodes_fit(config, info)
     if asr.hotwords and not info.hotwords:
         raise ModelError(f"asr.hotwords needs hotword biasing, which {info.kind} on sherpa-onnx does not do; "
                          "use a SenseVoice model with asr.engine: onnxruntime, or clear asr.hotwords")
@@ -132,11 +135,18 @@ def _require_cpu_greedy(config: AppConfig, family: str, instead: str = "") -> No
 
 def _plan_whisper(config: AppConfig, directory: Path) -> WhisperModel:
     _require_cpu_greedy(config, "Whisper")
-    asr = config.asr
+    return load_whisper_model(directory)
+
+
+def _check_live_decodes_fit(config: AppConfig, info: EngineInfo) -> None:
+    """The longest decode the live path asks for must fit what the engine reads whole
+    (``info.longest_input_ms``), or the engine would clip it. Uploads need no setting: their
+    pieces are cut to fit (server/file_transcription.py); a TensorRT profile is checked by
+    :func:`check_profile_covers_segments`, which needs every whole segment to fit."""
+    asr, limit = config.asr, info.longest_input_ms
     longest, setting = config.vad.max_segment_ms, "vad.max_segment_ms"
     if not asr.naive and asr.chunk_pause_ms and asr.max_chunk_ms < longest:
         longest, setting = asr.max_chunk_ms, "asr.max_chunk_ms (the longest a chunk or a final's tail gets)"
-    if longest > LONGEST_AUDIO_MS:
-        raise ModelError(f"Whisper reads at most {LONGEST_AUDIO_MS} ms per decode, but this configuration can ask for "
+    if limit is not None and longest > limit:
+        raise ModelError(f"{info.kind} reads at most {limit} ms per decode, but this configuration can ask for "
                          f"{longest} ms: lower {setting}")
-    return load_whisper_model(directory)

@@ -26,7 +26,7 @@ from kitt_stt.asr.ctc import CtcResult, HotwordTrie, PieceIndex, beam_search, gr
 from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult, DecodeOptions, EngineInfo, StageTimer
 from kitt_stt.asr.features import FeatureStream, apply_lfr, log_mel
 from kitt_stt.asr.language import LanguageGuess, restricted_guess
-from kitt_stt.asr.providers import check_active, check_available, provider_chain
+from kitt_stt.asr.providers import check_active, check_available, profile_longest_ms, provider_chain
 from kitt_stt.asr.recognizer_cache import LruCache
 from kitt_stt.asr.sense_voice_model import LANGUAGES, SenseVoiceModel, read_tokens
 from kitt_stt.asr.text import strip_tags, tag_value
@@ -86,7 +86,7 @@ class OrtSenseVoiceEngine(AsrEngine):
         check_active(self._session, config.provider)
         self._input_names = [item.name for item in self._session.get_inputs()][:4]
         self.info = EngineInfo(name=model.name, kind=kind, provider=config.provider.value, languages=LANGUAGES,
-                               words=True)
+                               words=True, longest_input_ms=profile_longest_ms(config))
 
     def new_feature_stream(self) -> FeatureStream | None:
         return FeatureStream()

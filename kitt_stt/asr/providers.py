@@ -114,6 +114,11 @@ def ep_context_options(config: AsrConfig, output: Path) -> dict[str, str]:
     }
 
 
+def profile_longest_ms(config: AsrConfig) -> int | None:
+    """The longest audio the TensorRT profile takes (60 ms an LFR frame); None off TensorRT."""
+    return config.tensorrt.profile_max_frames * 60 if config.provider is Provider.TENSORRT else None
+
+
 def check_profile_covers_segments(config: AsrConfig, max_segment_ms: int) -> None:
     """Every segment must fit the TensorRT profile: ceil(max_segment_ms / 60 ms) LFR frames."""
     if config.provider is not Provider.TENSORRT:

@@ -32,7 +32,7 @@ from kitt_stt.asr.language import LanguageGuess, LazyDetector
 from kitt_stt.asr.recognizer_cache import LruCache
 from kitt_stt.asr.text import strip_annotations
 from kitt_stt.asr.whisper_language import WhisperLanguageDetector
-from kitt_stt.asr.whisper_model import WhisperModel
+from kitt_stt.asr.whisper_model import LONGEST_AUDIO_MS, WhisperModel
 
 SAMPLE_RATE = 16000
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ class SherpaWhisperEngine(AsrEngine):
         self._task = task
         self._recognizers: LruCache[str, sherpa_onnx.OfflineRecognizer] = LruCache(max_recognizers, self._build)
         self.info = EngineInfo(name=model.name, kind=kind, provider="cpu", languages=model.languages,
-                               hotwords=False)
+                               hotwords=False, longest_input_ms=LONGEST_AUDIO_MS)
 
     def _recognizer(self, language: str) -> sherpa_onnx.OfflineRecognizer:
         if language not in self._model.languages:  # sherpa-onnx exits the process on an unknown language

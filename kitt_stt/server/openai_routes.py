@@ -20,13 +20,14 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from kitt_stt.pipeline.settings import auto_languages
 from kitt_stt.quote import quoted
-from kitt_stt.server.file_transcription import DecodeCancelled, Transcript, transcribe_file
+from kitt_stt.server.file_transcription import DecodeCancelled, Transcript, decode_pieces, transcript_of
 from kitt_stt.server.multipart_form import BodyTooLarge, FormError, UploadForm, parse_form, read_body
 from kitt_stt.server.openai_errors import PREFIX, ApiError
+from kitt_stt.server.openai_stream import event_stream
 from kitt_stt.server.state import ServiceState
 from kitt_stt.server.transcript_formats import ResponseFormat, as_json, as_srt, as_verbose_json, as_vtt
 from kitt_stt.server.upload_audio import AudioTooLong, UnsupportedAudio, decode_upload
-from kitt_stt.server.upload_hotwords import UploadHotwordChanges, prompt_hotwords
+from kitt_stt.server.upload_hotwords import UploadHotwordChanges, read_prompt
 from kitt_stt.text import TextStage
 
 log = logging.getLogger(__name__)
@@ -67,17 +68,36 @@ def openai_router(state: ServiceState) -> APIRouter:
                 raise ApiError(429, f"this server transcribes at most {limits.max_concurrent} uploads at once; "
                                "retry shortly", code="rate_limit_exceeded", kind="rate_limit_error")
             busy[0] += 1
+            slot = _Slot(busy)
             try:
-                return await _transcribe(request, state, hotword_changes)
+                return await _transcribe(request, state, hotword_changes, slot)
             finally:
-                busy[0] -= 1
+                slot.release_unless_streaming()
         except ApiError as error:
             return error.response()
 
     return router
 
 
-async def _transcribe(request: Request, state: ServiceState, hotword_changes: UploadHotwordChanges) -> Response:
+class _Slot:
+    """One upload's place in ``transcriptions.max_concurrent``: freed when the response is made, or
+    for a streamed one when its last event has gone (or the client left)."""
+
+    def __init__(self, busy: list[int]) -> None:
+        self._busy, self._held, self.streaming = busy, True, False
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            self._busy[0] -= 1
+
+    def release_unless_streaming(self) -> None:
+        if not self.streaming:
+            self.release()
+
+
+async def _transcribe(request: Request, state: ServiceState, hotword_changes: UploadHotwordChanges,
+                      slot: _Slot) -> Response:
     limits = state.config.transcriptions
     try:
         body = await asyncio.wait_for(read_body(request, limits.max_upload_bytes + _FORM_SLACK),
@@ -93,8 +113,11 @@ async def _transcribe(request: Request, state: ServiceState, hotword_changes: Up
         raise ApiError(400, str(exc)) from None
     filename, data = _file(form, limits.max_upload_bytes)
     response_format = _response_format(form)
+    stream = _stream(form, response_format)
     language = _language(form, state)
-    hotwords = prompt_hotwords(form.value("prompt"), limits.max_prompt_hotwords)
+    engine = state.engine
+    prompt = read_prompt(form.value("prompt"), limits.max_prompt_hotwords, engine.info.hotwords)
+    hotwords = prompt.hotwords
     try:
         samples = await asyncio.to_thread(decode_upload, data, filename, limits.max_audio_s)
     except UnsupportedAudio as exc:
@@ -103,22 +126,28 @@ async def _transcribe(request: Request, state: ServiceState, hotword_changes: Up
         raise ApiError(400, f"the audio is {exc.seconds:.1f} s long; this server takes at most "
                        f"{limits.max_audio_s:g} s (transcriptions.max_audio_s)", param="file",
                        code="audio_too_long") from None
-    engine = state.engine
-    if hotwords and engine.info.hotwords:
+    if hotwords:
         hotword_changes.admit(hotwords)  # before the trie is built
         await asyncio.to_thread(engine.prepare_hotwords, hotwords)
     asr = state.config.asr
+    headers = {"x-kitt-model": engine.info.name} | ({"x-kitt-prompt": prompt.ignored} if prompt.ignored else {})
+    pieces = decode_pieces(samples, state.scheduler, state.config.vad, TextStage(state.config.text), language,
+                           asr.use_itn, hotwords, asr.use_itn and engine.info.kind == "sense_voice",
+                           auto_languages(asr.auto_languages, engine.info.languages), engine.info.longest_input_ms)
+    if stream:
+        slot.streaming = True
+        return event_stream(pieces, slot.release, headers)
     try:
-        transcript = await transcribe_file(
-            samples, state.scheduler, state.config.vad, TextStage(state.config.text), language, asr.use_itn,
-            hotwords if engine.info.hotwords else (), asr.use_itn and engine.info.kind == "sense_voice",
-            auto_languages(asr.auto_languages, engine.info.languages))
+        transcript = await transcript_of(pieces, samples, language)
     except DecodeCancelled as exc:
         raise ApiError(503, str(exc), code="service_unavailable", kind="server_error") from None
     except Exception as exc:  # an engine fault: the client gets a clear 500, the live sessions go on
         log.exception("file transcription failed")
         raise ApiError(500, f"decoding failed: {exc}", code="internal", kind="server_error") from None
-    return _render(transcript, response_format, engine.info.name, "word" in form.values("timestamp_granularities"))
+    words = "word" in form.values("timestamp_granularities")
+    if words and transcript.segments and not transcript.words:
+        headers["x-kitt-words"] = "none: this engine does not time words"
+    return _render(transcript, response_format, headers, words)
 
 
 def _authorise(request: Request, token: str | None) -> None:
@@ -156,6 +185,19 @@ def _response_format(form: UploadForm) -> ResponseFormat:
                        f"{', '.join(item.value for item in ResponseFormat)}", param="response_format") from None
 
 
+def _stream(form: UploadForm, response_format: ResponseFormat) -> bool:
+    """``stream``: ``true`` sends OpenAI's ``transcript.text.delta``/``done`` events (json and text
+    only, as OpenAI's streaming models do); anything but true or false is refused, not ignored."""
+    value = (form.value("stream") or "false").strip().lower()
+    if value not in ("true", "false"):
+        raise ApiError(400, f"stream must be true or false, not {quoted(value)}", param="stream")
+    if value == "true" and response_format not in (ResponseFormat.JSON, ResponseFormat.TEXT):
+        raise ApiError(400, f"stream=true sends transcript.text.delta/done events, which have no "
+                       f"{response_format.value} form: use response_format json or text, or stream=false",
+                       param="stream")
+    return value == "true"
+
+
 def _language(form: UploadForm, state: ServiceState) -> str:
     value = form.value("language") or state.config.asr.language
     languages = state.engine.info.languages
@@ -165,8 +207,9 @@ def _language(form: UploadForm, state: ServiceState) -> str:
     return value
 
 
-def _render(transcript: Transcript, response_format: ResponseFormat, model: str, words: bool) -> Response:
-    headers = {"x-kitt-model": model}
+def _render(transcript: Transcript, response_format: ResponseFormat, headers: dict[str, str],
+            words: bool) -> Response:
+    model = headers["x-kitt-model"]
     body: Any
     if response_format is ResponseFormat.TEXT:
         return PlainTextResponse(transcript.text + "\n", headers=headers)

@@ -1,4 +1,5 @@
-"""An upload's ``prompt`` as hotwords, bounded in size and in how often it may change.
+"""An upload's ``prompt`` as hotwords, bounded in size and in how often it may change; free text
+accepted and not used.
 
 Each new hotword list costs a trie build (CPU that holds the GIL) and a place in the engine's
 trie cache (``asr.hotword_cache_size``), shared with the live sessions: unbounded, a dozen
@@ -12,6 +13,9 @@ file pays once.
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+
 from kitt_stt.config.server_config import HotwordChangeBudget
 from kitt_stt.hotwords import Hotword, parse_hotwords
 from kitt_stt.pipeline.rate_limit import TokenBucket
@@ -20,19 +24,38 @@ from kitt_stt.server.openai_errors import ApiError
 _SEPARATORS = str.maketrans({"\n": ",", ";": ",", "，": ",", "、": ",", "；": ","})
 
 
-def prompt_hotwords(prompt: str | None, limit: int) -> tuple[Hotword, ...]:
+#: a prompt is prose, not a hotword list, when a sentence ends in it or an entry is this many words
+_SENTENCE_END = re.compile(r"\w{2,}[.!?](?:\s|$)|[。！？]")
+_PROSE_WORDS = 6
+
+
+@dataclass(frozen=True)
+class Prompt:
+    hotwords: tuple[Hotword, ...] = ()
+    #: why the prompt was accepted but not used (the response's ``x-kitt-prompt`` header), or None
+    ignored: str | None = None
+
+
+def read_prompt(prompt: str | None, limit: int, biasing: bool) -> Prompt:
     """The prompt as hotwords: one per comma, semicolon or line (``word`` or ``word:boost``, as in
-    the WebSocket protocol). A Whisper-style prose prompt is refused rather than silently
-    ignored, since it would not mean what the client intended; so is a list longer than ``limit``,
-    counted before any entry is parsed."""
+    the WebSocket protocol), on an engine that biases decoding (``biasing``). A free-text prompt
+    (OpenAI's documentation's example, a sentence for Whisper's context) is accepted and not used:
+    no engine here takes a text context, and read as hotwords it would bias towards whole
+    sentences; so is every prompt on an engine that cannot bias. A list is read strictly: an entry
+    that is not a valid hotword is refused rather than dropped (400), and so is a list longer than
+    ``limit``, counted before any entry is parsed."""
     if not prompt or not prompt.strip():
-        return ()
+        return Prompt()
+    if not biasing:
+        return Prompt(ignored="this engine does not bias decoding; the prompt was not used")
     entries = [entry.strip() for entry in prompt.translate(_SEPARATORS).split(",") if entry.strip()]
+    if _SENTENCE_END.search(prompt) or any(len(entry.split()) >= _PROSE_WORDS for entry in entries):
+        return Prompt(ignored="free text is not read as hotwords (comma-separated words are); the prompt was not used")
     if len(entries) > limit:
         raise ApiError(400, f"prompt holds {len(entries)} hotwords; this server takes at most {limit} per upload "
                        "(transcriptions.max_prompt_hotwords)", param="prompt", code="too_many_hotwords")
     try:
-        return parse_hotwords(entries)
+        return Prompt(parse_hotwords(entries))
     except ValueError as exc:
         raise ApiError(400, f"prompt is read as hotwords separated by commas or lines: {exc}",
                        param="prompt", code="invalid_prompt") from None

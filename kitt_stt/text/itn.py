@@ -5,6 +5,8 @@ Whisper writes what was said ("调到二十六度", "twenty six degrees"); an as
 engine did not.  The grammars are WeTextProcessing's, run by ``wetext`` on kaldifst (chosen over
 WeTextProcessing itself, cn2an, text2num and NeMo by the comparison in ``docs/text.md``); their
 written forms are then put back into the words the speaker used for units (:mod:`.itn_style`).
+The grammars see the text between its punctuation marks, English clock times already written
+(:mod:`.itn_context`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from kitt_stt.text.itn_context import english_number_words, lowered_start, restored_start, split_punctuation
 from kitt_stt.text.itn_style import spoken_units
 from kitt_stt.text.language import TextLanguage
 
@@ -72,14 +75,24 @@ class WetextNormalizer(InverseNormalizer):
     def normalize(self, text: str, language: TextLanguage) -> str:
         if not has_number(text, language):
             return text
-        pieces = _split_kept(text, language)  # words that only look like numbers stay as they are
-        return "".join(piece if index % 2 else self._normalize_piece(piece, language)
-                       for index, piece in enumerate(pieces))
+        written = []
+        for index, piece in enumerate(_split_kept(text, language)):  # words that only look like numbers stay
+            if index % 2:
+                written.append(piece)
+                continue
+            # the grammars see only the runs between punctuation marks, so no mark gains a space
+            runs = split_punctuation(piece)
+            written += [run if at % 2 else self._normalize_piece(run, language) for at, run in enumerate(runs)]
+        return "".join(written)
 
     def _normalize_piece(self, text: str, language: TextLanguage) -> str:
         if not text.strip() or not has_number(text, language):
             return text
-        written = _normalizer(language).normalize(text.strip())
+        spoken, capital = text.strip(), ""
+        if language is TextLanguage.EN:
+            spoken, capital = lowered_start(english_number_words(spoken), _EN_NUMBER)
+        written = _normalizer(language).normalize(spoken) if has_number(spoken, language) else spoken
+        written = restored_start(written, capital)
         if self._params.spoken_units:
             written = spoken_units(written, text.strip(), language)
         lead, trail = text[: len(text) - len(text.lstrip())], text[len(text.rstrip()):]
@@ -93,13 +106,16 @@ class WetextNormalizer(InverseNormalizer):
 
 
 # Words the grammars would turn into numbers although they are none: "wait a second", "call mom
-# first", "first of all" (an ordinal after "the" or a tens word: "the third exit", "twenty first"),
-# "十分感谢" (十分 is "very" unless minutes or a fraction follow: 十分钟, 十分之一). Split out and
+# first", "first of all" (an ordinal after "the", a tens word or a month: "the third exit", "twenty
+# first", "march third"),
+# "十分感谢" (十分 is "very" unless minutes or a fraction follow, 十分钟, 十分之一, or a numeral comes
+# before, 三十分, 两点十分). Split out and
 # left as they are.
 _EN_KEEP = re.compile(r"\b(?:first|second|third)\b", re.IGNORECASE)
-_EN_ORDINAL_BEFORE = re.compile(r"\b(?:the|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety)[\s-]$",
+_EN_ORDINAL_BEFORE = re.compile(r"\b(?:the|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety|january|february"
+                                r"|march|april|may|june|july|august|september|october|november|december)[\s-]$",
                                 re.IGNORECASE)
-_ZH_KEEP = re.compile(r"十分(?![钟鐘之])")
+_ZH_KEEP = re.compile(r"(?<![零〇一二三四五六七八九两点])十分(?![钟鐘之])")  # 三十分, 两点十分: minutes
 
 
 def _split_kept(text: str, language: TextLanguage) -> list[str]:

@@ -1,10 +1,11 @@
 """The speaker's words for units, times of day and dates, after the ITN grammars wrote symbols.
 
 WeTextProcessing's grammars write measures the way a form would ("26°", "35km", "20min",
-"3:15p.m.", "2024/03/05", "50 %"); a driver who said 二十六度 or "twenty minutes" should read "26度"
-and "20 minutes".  Only the number becomes digits: each abbreviation is replaced by the unit word
-that is in the spoken text (an abbreviation whose words are not there is left as written), and
-times and dates get back the words they were said with.
+"3:15p.m.", "2024/03/05", "50 %", "¥30"); a driver who said 二十六度, 三十元 or "twenty minutes"
+should read "26度", "30元" and "20 minutes" (and "3:15 pm" where "pm" was said so).  Only the
+number becomes digits: each abbreviation is replaced by the unit word that is in the spoken text
+(an abbreviation whose words are not there is left as written), and times and dates get back the
+words they were said with.
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ _ZH_PERIODS = ("凌晨", "早上", "上午", "中午", "下午", "傍晚", "晚�
 _ZH_NOON_TIME = re.compile(r"(\d{1,2}:\d{2})(?::00)?(?:a\.m\.|p\.m\.)")
 _ZH_FULL_DATE = re.compile(r"(\d{4})/(\d{1,2})/(\d{1,2})")
 _ZH_MONTH_DAY = re.compile(r"(?<![\d/])(\d{1,2})/(\d{1,2})(?![\d/])")
+_ZH_YUAN = re.compile(r"¥(\d+(?:\.\d+)?)")
 _EN_PERCENT = re.compile(r"(?<=\d) %")
+_EN_MERIDIEM = re.compile(r"(?<=\d )([ap])\.m\.")
 _EN_PADDED_HOUR = re.compile(r"\b0(\d:\d{2})")
 
 
@@ -50,6 +53,8 @@ def spoken_units(written: str, spoken: str, language: TextLanguage) -> str:
     if language is TextLanguage.ZH:
         written = _ZH_UNIT.sub(lambda match: _said(match.group(1), _ZH_UNITS, spoken, ""), written)
         written = _ZH_NOON_TIME.sub(lambda match: _period(spoken, written) + match.group(1), written)
+        if "元" in spoken:
+            written = _ZH_YUAN.sub(r"\1元", written)
         if "月" in spoken:
             day = "号" if "号" in spoken else "日"
             written = _ZH_FULL_DATE.sub(lambda match: f"{match.group(1)}年{int(match.group(2))}月"
@@ -58,6 +63,8 @@ def spoken_units(written: str, spoken: str, language: TextLanguage) -> str:
         return written
     written = _EN_UNIT.sub(lambda match: " " + _said(match.group(1), _EN_UNITS, spoken.lower(), "[a-z]"), written)
     written = _EN_PERCENT.sub("%", written)
+    if re.search(r"\d\s*[ap]m\b|\b[ap]m\b", spoken, re.IGNORECASE):  # said "pm", not "p m": no dots to add
+        written = _EN_MERIDIEM.sub(r"\1m", written)
     return _EN_PADDED_HOUR.sub(r"\1", written)
 
 

@@ -1,0 +1,57 @@
+"""``stream=true`` on ``POST /v1/audio/transcriptions``: the transcript as server-sent events.
+
+OpenAI's streaming transcription sends ``transcript.text.delta`` events (``{"type", "delta"}``)
+while it transcribes and one ``transcript.text.done`` (``{"type", "text"}``) with the whole text at
+the end; its clients read them as ``TranscriptionTextDeltaEvent`` / ``TranscriptionTextDoneEvent``.
+Here a delta is one decoded piece of the file (a VAD segment), sent as soon as it and the pieces
+before it are done, with the separator that joins it to the text so far, so the deltas add up to
+the done event's text. A failure after the first event can no longer change the HTTP status: it
+comes as an event holding OpenAI's error body, which the clients raise as ``APIError``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import Any
+
+from fastapi.responses import StreamingResponse
+
+from kitt_stt.pipeline.text_join import join_texts
+from kitt_stt.server.file_transcription import DecodeCancelled, DecodedPiece
+from kitt_stt.server.openai_errors import ApiError
+
+log = logging.getLogger(__name__)
+
+
+def event_stream(pieces: AsyncGenerator[DecodedPiece, None], release: Callable[[], None],
+                 headers: dict[str, str]) -> StreamingResponse:
+    """The response for ``pieces``; ``release`` runs once the stream has ended, however it ends
+    (the upload holds its ``transcriptions.max_concurrent`` slot until then)."""
+    return StreamingResponse(_events(pieces, release), media_type="text/event-stream",
+                             headers={**headers, "cache-control": "no-cache"})
+
+
+async def _events(pieces: AsyncGenerator[DecodedPiece, None], release: Callable[[], None]) -> AsyncIterator[bytes]:
+    texts: list[str] = []
+    try:
+        async for decoded in pieces:
+            if decoded.segment is None:
+                continue
+            before = join_texts(texts)
+            texts.append(decoded.segment.text)
+            yield _event({"type": "transcript.text.delta", "delta": join_texts(texts)[len(before):]})
+        yield _event({"type": "transcript.text.done", "text": join_texts(texts)})
+    except DecodeCancelled as exc:
+        yield _event(ApiError(503, str(exc), code="service_unavailable", kind="server_error").body())
+    except Exception as exc:  # an engine fault: the client gets a clear error, the live sessions go on
+        log.exception("file transcription failed")
+        yield _event(ApiError(500, f"decoding failed: {exc}", code="internal", kind="server_error").body())
+    finally:
+        release()
+        await pieces.aclose()  # a client gone mid-stream: its queued decodes are dropped
+
+
+def _event(data: dict[str, Any]) -> bytes:
+    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
