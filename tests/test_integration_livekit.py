@@ -23,7 +23,7 @@ from livekit import rtc
 from livekit.agents import stt as lk_stt
 
 from kitt_stt.integrations.livekit import STT
-from tests.helpers import free_port, run_server, silence, tone_pcm
+from tests.helpers import cough_pcm, free_port, run_server, silence, tone_pcm
 
 Kind = lk_stt.SpeechEventType
 
@@ -206,3 +206,14 @@ async def test_reconnect_after_a_server_restart_replays_the_turn(tmp_path: Path,
                 holder["second"].__exit__(None, None, None)
     assert finals(events) == ["打开车门"]
     assert kinds(events).count("START_OF_SPEECH") == 1
+
+
+async def test_a_cough_ends_its_turn_so_the_next_turn_starts(server) -> None:
+    """A 200 ms cough opens a turn with nothing to commit: it must end (END_OF_SPEECH, which in
+    livekit-agents sets the user-silence event an interruptible reply waits on), so the agent may
+    speak and the next real turn gets its own START_OF_SPEECH."""
+    pcm = cough_pcm() + tone_pcm("打开车门", lead_ms=0, tail_ms=1200)
+    events = await stream_events(STT(server.url), frames_16k(pcm), lambda evs: finals(evs), pace=0.5)
+    assert finals(events) == ["打开车门"]
+    assert [name for name in kinds(events) if name != "INTERIM_TRANSCRIPT"] == \
+        ["START_OF_SPEECH", "END_OF_SPEECH", "START_OF_SPEECH", "FINAL_TRANSCRIPT", "END_OF_SPEECH"]

@@ -52,8 +52,10 @@ class LinkOptions:
         return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
     def start_frame(self) -> dict[str, Any]:
+        """``turn_ends``: the adapters open the user's turn at its first ``speech_start``, so they
+        need every turn's end, including the ``filtered`` of one with nothing to commit (a cough)."""
         frame: dict[str, Any] = {"type": "start", "seats": [self.seat], "interim": self.interim,
-                                 "eager": self.eager, "client": self.client, **self.extra_start}
+                                 "eager": self.eager, "turn_ends": True, "client": self.client, **self.extra_start}
         if self.language is not None:
             frame["language"] = self.language
         if self.hotwords:

@@ -37,6 +37,7 @@ from pipecat.services.settings import STTSettings
 from pipecat.services.stt_service import WebsocketSTTService
 from pipecat.transcriptions.language import Language
 from pipecat.turns.eager_end_of_turn_mixin import EagerEndOfTurnSTTServiceMixin
+from pipecat.turns.user_stop.external_user_turn_stop_strategy import ExternalUserTurnStopStrategy
 from pipecat.utils.errors import ErrorCategory
 from pipecat.utils.time import time_now_iso8601
 from websockets.protocol import State
@@ -117,8 +118,16 @@ class KittSTTService(EagerEndOfTurnSTTServiceMixin, WebsocketSTTService):
         return True
 
     def service_metadata_frame(self) -> STTMetadataFrame:
+        """pipecat's external turn strategies, told not to wait for a transcript after our stop:
+        the server's commit pushes its transcript before the stop, and a turn that ends in
+        ``filtered`` (a cough, a passenger, the wake phrase alone) has none, so waiting would keep
+        the user "speaking" until pipecat's 5 s stop timeout, with the bot unable to answer."""
         frame = super().service_metadata_frame()
-        frame.user_turn_strategies = self.recommended_user_turn_strategies(enable_interruptions=self._should_interrupt)
+        strategies = self.recommended_user_turn_strategies(enable_interruptions=self._should_interrupt)
+        for strategy in strategies.stop or []:
+            if isinstance(strategy, ExternalUserTurnStopStrategy):
+                strategy.wait_for_transcript = False
+        frame.user_turn_strategies = strategies
         return frame
 
     async def start(self, frame: StartFrame) -> None:

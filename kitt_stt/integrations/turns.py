@@ -7,7 +7,8 @@ Both adapters map these events onto their framework (docs/integrations.md has th
 * ``Partial`` with the turn's text so far: its finals joined, plus the open segment's interim;
 * ``Eager`` (``turn_eager``) and ``Resumed`` (``turn_resumed``, with the text so far);
 * ``Committed`` (``commit``: the server's end of turn) or ``Filtered`` (``filtered``: the turn
-  was not addressed to the assistant), both ending the turn;
+  was not addressed to the assistant, or had nothing to commit: noise, the wake phrase alone;
+  the adapters ask for those with ``turn_ends``), both ending the turn;
 * ``ServerError`` for an ``error`` frame.
 """
 
