@@ -6,9 +6,11 @@ Rules shared by the adapters, so that both behave the same:
   framework hands over);
 * every frame sent since the seat's last ``commit`` is kept (``ReplayBuffer``): when the
   connection drops mid-turn, the new connection gets that audio first, so the turn is recognised
-  whole instead of losing its beginning. Outside a turn only the last ``idle_keep_ms`` are kept
-  (enough for the server's pre-roll), and never more than the server's ``burst_ms`` allows to be
-  sent at once, since a replay faster than that would be dropped by its rate limit;
+  whole instead of losing its beginning. While the connection is down (``offline``) every frame
+  is kept too, since no ``speech_start`` can then say that a turn began. Otherwise, outside a
+  turn, only the last ``idle_keep_ms`` are kept (enough for the server's pre-roll); and never
+  more than the server's ``burst_ms`` allows to be sent at once, since a replay faster than that
+  would be dropped by its rate limit;
 * reconnects wait ``backoff_delays`` (exponential, capped) between attempts;
 * in silence nothing but ``ping`` is sent, every ``keepalive_s`` (the server ends sessions that
   send nothing for ``server.idle_timeout_s``, 60 s by default).
@@ -105,7 +107,9 @@ class ReplayBuffer:
         self._frames: deque[bytes] = deque()
         self._max_frames = max(1, max_ms // FRAME_MS)
         self._idle_frames = max(1, idle_keep_ms // FRAME_MS)
+        self._added = 0  # frames ever added: positions for ``since``
         self.in_turn = False
+        self.offline = False  # frames went unsent: keep them all (up to the limit) for the replay
 
     def limit_to(self, burst_ms: int) -> None:
         """Never keep more than the server accepts at once (its ``ready.limits.burst_ms``)."""
@@ -113,9 +117,22 @@ class ReplayBuffer:
 
     def add(self, frame: bytes) -> None:
         self._frames.append(frame)
-        keep = self._max_frames if self.in_turn else self._idle_frames
+        self._added += 1
+        keep = self._max_frames if self.in_turn or self.offline else self._idle_frames
         while len(self._frames) > keep:
             self._frames.popleft()
+
+    @property
+    def oldest(self) -> int:
+        """The position of the oldest frame kept (positions count every frame ever added)."""
+        return self._added - len(self._frames)
+
+    def since(self, position: int) -> tuple[list[bytes], int]:
+        """The kept frames from ``position`` on, and the position after them: a replay sends in
+        rounds until nothing is left, so frames added while it was sending go out after it, in order."""
+        skip = max(0, position - self.oldest)
+        frames = list(self._frames)[skip:]
+        return frames, self.oldest + skip + len(frames)
 
     def committed(self) -> None:
         """The turn is settled on the server: nothing before this needs sending again."""
