@@ -94,8 +94,8 @@ def finals(events: list[lk_stt.SpeechEvent]) -> list[str]:
 
 @pytest.mark.py310  # the smoke path on Python 3.10: see docs/testing.md
 async def test_stream_yields_the_turn_event_sequence(server) -> None:
-    events = await stream_events(STT(server.url, language="zh"), frames_48k_stereo(tone_pcm("打开车门", tail_ms=1200)),
-                                 lambda evs: finals(evs))
+    events = await stream_events(STT(server.url, language="zh", words=False),
+                                 frames_48k_stereo(tone_pcm("打开车门", tail_ms=1200)), lambda evs: finals(evs))
     assert finals(events) == ["打开车门"]
     assert kinds(events) == ["START_OF_SPEECH", "INTERIM_TRANSCRIPT", "FINAL_TRANSCRIPT", "END_OF_SPEECH"]
     final = next(event for event in events if event.type is Kind.FINAL_TRANSCRIPT).alternatives[0]
@@ -217,3 +217,67 @@ async def test_a_cough_ends_its_turn_so_the_next_turn_starts(server) -> None:
     assert finals(events) == ["打开车门"]
     assert [name for name in kinds(events) if name != "INTERIM_TRANSCRIPT"] == \
         ["START_OF_SPEECH", "END_OF_SPEECH", "START_OF_SPEECH", "FINAL_TRANSCRIPT", "END_OF_SPEECH"]
+
+
+async def test_push_to_talk_flush_commits_at_once(tmp_path: Path, model_cache: Path) -> None:
+    """``manual_flush``: LiveKit's ``commit_user_turn()`` flushes the stream only when the STT
+    declares it; the flush is our ``finalize``, so the commit comes at once, not after the
+    server's own end-of-turn wait (20 s here: only the flush can commit in time)."""
+    with run_server(tmp_path, model_cache, {"turn": {"wait_ms": 20_000}}) as slow:
+        model = STT(slow.url)
+        assert model.capabilities.manual_flush
+        stream = model.stream()
+        for frame in frames_16k(tone_pcm("打开车门", tail_ms=400)):
+            stream.push_frame(frame)
+        events: list[lk_stt.SpeechEvent] = []
+        while Kind.START_OF_SPEECH not in [event.type for event in events]:
+            events.append(await asyncio.wait_for(stream.__anext__(), 10))
+        await asyncio.sleep(1.5)  # the speech is in and its segment ended: only the turn is open
+        flushed = time.monotonic()
+        stream.flush()
+        while not finals(events):
+            events.append(await asyncio.wait_for(stream.__anext__(), 5))
+        waited = time.monotonic() - flushed
+        await stream.aclose()
+    final = next(event for event in events if event.type is Kind.FINAL_TRANSCRIPT).alternatives[0]
+    assert final.text == "打开车门" and final.metadata["commit"]["metadata"]["eot"]["decision"]["reason"] == "finalize"
+    assert waited < 0.5, waited
+
+
+async def test_usage_reaches_livekits_metrics_and_finals_carry_their_words(server) -> None:
+    """``RECOGNITION_USAGE`` at each turn end becomes LiveKit's STT metrics (the audio sent), and
+    on an engine that times words (the tone model) the final is word-aligned in stream time."""
+    model = STT(server.url)
+    assert model.capabilities.aligned_transcript == "word"
+    metrics: list = []
+    model.on("metrics_collected", metrics.append)
+    pcm = tone_pcm("打开车门", tail_ms=1200)
+    events = await stream_events(model, frames_16k(pcm), lambda evs: finals(evs))
+    final = next(event for event in events if event.type is Kind.FINAL_TRANSCRIPT).alternatives[0]
+    assert [str(word) for word in final.words] == ["打", "开", "车", "门"]
+    starts = [word.start_time for word in final.words]
+    assert starts == sorted(starts) and all(word.start_time < word.end_time for word in final.words)
+    assert abs(starts[0] - final.start_time) < 0.1 and final.words[-1].end_time <= final.end_time + 0.1  # one clock
+    assert all(0.99 < word.confidence <= 1.0 for word in final.words)
+    streamed = sum(metric.audio_duration for metric in metrics if metric.streamed)
+    assert streamed >= len(pcm) / 32000 - 0.02  # at least the audio pushed before the commit
+
+
+def test_an_engine_without_word_times_turns_the_aligned_transcript_off() -> None:
+    model = STT("ws://127.0.0.1:9/stt")  # never connected: the ready frame is given
+    model._engine_is({"model": {"words": False}})
+    assert model.capabilities.aligned_transcript is False
+    assert STT("ws://127.0.0.1:9/stt", words=False).capabilities.aligned_transcript is False
+
+
+async def test_recognize_paces_a_long_buffer_to_the_servers_limits(tmp_path: Path, model_cache: Path) -> None:
+    """A buffer longer than the server's burst: sent at once, the excess is dropped with
+    ``rate_limited``; paced to ``ready.limits`` (as ``kitt-stt transcribe`` does) it is heard whole."""
+    limits = {"server": {"rate_limit": {"realtime_factor": 20.0, "burst_ms": 1000}}}
+    with run_server(tmp_path, model_cache, limits) as strict:
+        pcm = silence(2000) + tone_pcm("打开车门", tail_ms=1000)
+        started = time.monotonic()
+        result = await asyncio.wait_for(STT(strict.url).recognize(frames_16k(pcm)), 20)
+        elapsed = time.monotonic() - started
+    assert result.alternatives[0].text == "打开车门"
+    assert elapsed < 2.0, elapsed

@@ -11,6 +11,8 @@ Rules shared by the adapters, so that both behave the same:
   turn, only the last ``idle_keep_ms`` are kept (enough for the server's pre-roll); and never
   more than the server's ``burst_ms`` allows to be sent at once, since a replay faster than that
   would be dropped by its rate limit;
+* a whole buffer is sent as fast as the server's ``ready.limits`` allow (``send_after_s``), not
+  at once: beyond ``burst_ms`` the server drops what comes faster than ``realtime_factor``;
 * reconnects wait ``backoff_delays`` (exponential, capped) between attempts;
 * in silence nothing but ``ping`` is sent, every ``keepalive_s`` (the server ends sessions that
   send nothing for ``server.idle_timeout_s``, 60 s by default).
@@ -28,6 +30,7 @@ import msgpack
 SAMPLE_RATE = 16000
 FRAME_BYTES = 640  # 20 ms of 16 kHz mono int16
 FRAME_MS = 20
+PACING_MARGIN = 0.9  # stay under the server's allowed rate, as ``kitt-stt transcribe`` does
 
 
 @dataclass(frozen=True)
@@ -144,6 +147,15 @@ class ReplayBuffer:
 
     def __len__(self) -> int:
         return len(self._frames)
+
+
+def send_after_s(index: int, limits: dict[str, Any]) -> float:
+    """When frame ``index`` of a buffer sent as fast as allowed may go out, in seconds after the
+    first: the server accepts ``burst_ms`` at once, then ``realtime_factor`` x real time
+    (``ready.limits``), and drops (``rate_limited``) what comes faster."""
+    factor = float(limits.get("realtime_factor", 1.0)) * PACING_MARGIN
+    burst_ms = float(limits.get("burst_ms", 0)) * PACING_MARGIN
+    return max(0.0, index * FRAME_MS - burst_ms) / 1000.0 / factor
 
 
 def backoff_delays(minimum: float, maximum: float, attempts: int) -> Iterator[float]:
