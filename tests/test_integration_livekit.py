@@ -20,7 +20,9 @@ import pytest
 pytest.importorskip("livekit.agents", reason="the livekit extra is not installed (pip install 'kitt-stt[livekit]')")
 
 from livekit import rtc
+from livekit.agents import Agent, AgentSession
 from livekit.agents import stt as lk_stt
+from livekit.agents.voice.io import AudioInput
 
 from kitt_stt.integrations.livekit import STT
 from tests.helpers import cough_pcm, free_port, run_server, silence, tone_pcm
@@ -208,15 +210,41 @@ async def test_reconnect_after_a_server_restart_replays_the_turn(tmp_path: Path,
     assert kinds(events).count("START_OF_SPEECH") == 1
 
 
-async def test_a_cough_ends_its_turn_so_the_next_turn_starts(server) -> None:
-    """A 200 ms cough opens a turn with nothing to commit: it must end (END_OF_SPEECH, which in
-    livekit-agents sets the user-silence event an interruptible reply waits on), so the agent may
-    speak and the next real turn gets its own START_OF_SPEECH."""
-    pcm = cough_pcm() + tone_pcm("打开车门", lead_ms=0, tail_ms=1200)
-    events = await stream_events(STT(server.url), frames_16k(pcm), lambda evs: finals(evs), pace=0.5)
-    assert finals(events) == ["打开车门"]
-    assert [name for name in kinds(events) if name != "INTERIM_TRANSCRIPT"] == \
-        ["START_OF_SPEECH", "END_OF_SPEECH", "START_OF_SPEECH", "FINAL_TRANSCRIPT", "END_OF_SPEECH"]
+class PcmInput(AudioInput):
+    """An agent session's microphone: ``pcm`` in real time as 10 ms frames, then silence."""
+
+    def __init__(self, pcm: bytes) -> None:
+        super().__init__(label="pcm")
+        self._frames = [pcm[i:i + 320] for i in range(0, len(pcm), 320)]
+        self._index = 0
+        self._started: float | None = None
+
+    async def __anext__(self) -> rtc.AudioFrame:
+        self._started = self._started or time.monotonic()
+        await asyncio.sleep(max(0.0, self._started + self._index * 0.01 - time.monotonic()))
+        data = self._frames[self._index] if self._index < len(self._frames) else bytes(320)
+        self._index += 1
+        return rtc.AudioFrame(data, 16000, 1, 160)
+
+
+async def test_a_cough_leaves_the_agent_session_listening_and_the_next_turn_starts(server) -> None:
+    """A 200 ms cough opens a turn with nothing to commit. In livekit-agents' own AgentSession
+    (``turn_detection="stt"``) the user must go back to "listening" (END_OF_SPEECH: the
+    user-silence event an interruptible reply waits on is set again, so the agent may speak), and
+    the real turn after it must start anew ("speaking") and be transcribed."""
+    session = AgentSession(stt=STT(server.url), turn_detection="stt")
+    seen: list[str] = []
+    session.on("user_state_changed", lambda ev: seen.append(ev.new_state))
+    session.on("user_input_transcribed", lambda ev: seen.append(f"final:{ev.transcript}") if ev.is_final else None)
+    session.input.audio = PcmInput(cough_pcm() + tone_pcm("打开车门", lead_ms=0, tail_ms=1500))
+    await session.start(agent=Agent(instructions="You are the car's assistant."), record=False)
+    try:
+        deadline = time.monotonic() + 15
+        while not ("final:打开车门" in seen and seen[-1] == "listening") and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+    finally:
+        await session.aclose()
+    assert seen == ["speaking", "listening", "speaking", "final:打开车门", "listening"], seen
 
 
 async def test_push_to_talk_flush_commits_at_once(tmp_path: Path, model_cache: Path) -> None:
