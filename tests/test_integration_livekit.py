@@ -247,28 +247,28 @@ async def test_a_cough_leaves_the_agent_session_listening_and_the_next_turn_star
     assert seen == ["speaking", "listening", "speaking", "final:打开车门", "listening"], seen
 
 
-async def test_push_to_talk_flush_commits_at_once(tmp_path: Path, model_cache: Path) -> None:
-    """``manual_flush``: LiveKit's ``commit_user_turn()`` flushes the stream only when the STT
-    declares it; the flush is our ``finalize``, so the commit comes at once, not after the
-    server's own end-of-turn wait (20 s here: only the flush can commit in time)."""
+async def test_push_to_talk_commit_user_turn_commits_at_once(tmp_path: Path, model_cache: Path) -> None:
+    """``manual_flush``: livekit-agents' ``commit_user_turn()`` (push-to-talk) flushes the stream
+    only when the STT declares it; the flush is our ``finalize``, so the transcript comes at once,
+    not after the server's own end-of-turn wait (20 s here: only the flush can commit in time,
+    and without it LiveKit gives up after its 2 s transcript timeout)."""
     with run_server(tmp_path, model_cache, {"turn": {"wait_ms": 20_000}}) as slow:
-        model = STT(slow.url)
-        assert model.capabilities.manual_flush
-        stream = model.stream()
-        for frame in frames_16k(tone_pcm("打开车门", tail_ms=400)):
-            stream.push_frame(frame)
-        events: list[lk_stt.SpeechEvent] = []
-        while Kind.START_OF_SPEECH not in [event.type for event in events]:
-            events.append(await asyncio.wait_for(stream.__anext__(), 10))
-        await asyncio.sleep(1.5)  # the speech is in and its segment ended: only the turn is open
-        flushed = time.monotonic()
-        stream.flush()
-        while not finals(events):
-            events.append(await asyncio.wait_for(stream.__anext__(), 5))
-        waited = time.monotonic() - flushed
-        await stream.aclose()
-    final = next(event for event in events if event.type is Kind.FINAL_TRANSCRIPT).alternatives[0]
-    assert final.text == "打开车门" and final.metadata["commit"]["metadata"]["eot"]["decision"]["reason"] == "finalize"
+        session = AgentSession(stt=STT(slow.url), turn_detection="manual")
+        heard: list[str] = []
+        session.on("user_input_transcribed", lambda ev: heard.append(ev.transcript))
+        session.input.audio = PcmInput(tone_pcm("打开车门", tail_ms=400))
+        await session.start(agent=Agent(instructions="You are the car's assistant."), record=False)
+        try:
+            deadline = time.monotonic() + 10
+            while heard[-1:] != ["打开车门"] and time.monotonic() < deadline:  # the interims: the speech is in
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.5)  # its segment has ended: only the turn is open on the server
+            pressed = time.monotonic()
+            transcript = await asyncio.wait_for(session.commit_user_turn(skip_reply=True), 5)
+            waited = time.monotonic() - pressed
+        finally:
+            await session.aclose()
+    assert transcript == "打开车门"
     assert waited < 0.5, waited
 
 
