@@ -309,3 +309,35 @@ async def test_recognize_paces_a_long_buffer_to_the_servers_limits(tmp_path: Pat
         elapsed = time.monotonic() - started
     assert result.alternatives[0].text == "打开车门"
     assert elapsed < 2.0, elapsed
+
+
+async def test_input_queued_during_an_outage_is_paced_to_the_servers_limits(tmp_path: Path,
+                                                                           model_cache: Path) -> None:
+    """The server dies between turns and the user speaks before it is back: the audio LiveKit
+    queued meanwhile (longer than the server's burst) must go out paced to ``ready.limits``,
+    not at once, or the server drops part of it with ``rate_limited``."""
+    port = free_port()
+    holder: dict = {}
+    limits = {"server": {"rate_limit": {"realtime_factor": 20.0, "burst_ms": 2000}}}
+    with run_server(tmp_path, model_cache, limits, port=port) as first:
+        model = STT(first.url, backoff_max_s=2.0)  # 9.5 s of tries: a restart on a busy machine fits
+        errors: list = []
+        model.on("error", errors.append)
+
+        async def outage_before_speech(index: int) -> None:
+            if index == 0 and "restart" not in holder:
+                first.process.kill()
+                first.process.wait(10)
+                (tmp_path / "again").mkdir()
+                holder["context"] = run_server(tmp_path / "again", model_cache, limits, port=port)
+                holder["restart"] = asyncio.create_task(asyncio.to_thread(holder["context"].__enter__))
+
+        try:
+            events = await stream_events(model, frames_16k(silence(1500) + tone_pcm("打开车门", tail_ms=1200)),
+                                         lambda evs: finals(evs), during=outage_before_speech)
+        finally:
+            if "restart" in holder:
+                await holder["restart"]
+                holder["context"].__exit__(None, None, None)
+    assert finals(events) == ["打开车门"]
+    assert not errors

@@ -11,8 +11,9 @@ Rules shared by the adapters, so that both behave the same:
   turn, only the last ``idle_keep_ms`` are kept (enough for the server's pre-roll); and never
   more than the server's ``burst_ms`` allows to be sent at once, since a replay faster than that
   would be dropped by its rate limit;
-* a whole buffer is sent as fast as the server's ``ready.limits`` allow (``send_after_s``), not
-  at once: beyond ``burst_ms`` the server drops what comes faster than ``realtime_factor``;
+* a whole buffer, or a backlog after a reconnect, is sent as fast as the server's
+  ``ready.limits`` allow (``Pacer``), not at once: beyond ``burst_ms`` the server drops what comes
+  faster than ``realtime_factor``. Live audio, which comes in real time, is never held back;
 * reconnects wait ``backoff_delays`` (exponential, capped) between attempts;
 * in silence nothing but ``ping`` is sent, every ``keepalive_s`` (the server ends sessions that
   send nothing for ``server.idle_timeout_s``, 60 s by default).
@@ -20,6 +21,8 @@ Rules shared by the adapters, so that both behave the same:
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -156,6 +159,22 @@ def send_after_s(index: int, limits: dict[str, Any]) -> float:
     factor = float(limits.get("realtime_factor", 1.0)) * PACING_MARGIN
     burst_ms = float(limits.get("burst_ms", 0)) * PACING_MARGIN
     return max(0.0, index * FRAME_MS - burst_ms) / 1000.0 / factor
+
+
+class Pacer:
+    """The frames of one connection, no faster than its server accepts them (``send_after_s``)."""
+
+    def __init__(self, limits: dict[str, Any]) -> None:
+        self._limits = limits
+        self._started = time.monotonic()
+        self._sent = 0
+
+    async def wait(self) -> None:
+        """Before sending the next frame."""
+        delay = self._started + send_after_s(self._sent, self._limits) - time.monotonic()
+        self._sent += 1
+        if delay > 0:
+            await asyncio.sleep(delay)
 
 
 def backoff_delays(minimum: float, maximum: float, attempts: int) -> Iterator[float]:

@@ -15,8 +15,8 @@ default) and declares ``aligned_transcript="word"``; each ``FINAL_TRANSCRIPT`` t
 turn's words as ``TimedString``s in stream time, where the server's engine times words
 (``ready.model.words``; on one that does not, the capability is turned off at the first
 connection and finals carry no words). ``RECOGNITION_USAGE`` reports the audio sent at every
-turn end and when the stream ends, for LiveKit's usage metrics. ``recognize()`` paces its buffer
-to the server's ``ready.limits``.
+turn end and when the stream ends, for LiveKit's usage metrics. ``recognize()``'s buffer, and a
+reconnect's replay and the input queued during the outage, are paced to ``ready.limits``.
 """
 
 from __future__ import annotations
@@ -47,12 +47,12 @@ from kitt_stt.integrations.link import (
     FRAME_MS,
     SAMPLE_RATE,
     LinkOptions,
+    Pacer,
     Reframer,
     ReplayBuffer,
     backoff_delays,
     decode,
     encode,
-    send_after_s,
 )
 from kitt_stt.integrations.turns import (
     Committed,
@@ -138,11 +138,9 @@ class STT(stt.STT):
                 limits = ready.get("limits", {})
                 await websocket.send(encode({**options.start_frame(), "eager": False, "interim": False}))
                 reframer = Reframer()
-                started = time.monotonic()
-                for index, piece in enumerate([*reframer.push(pcm), *reframer.flush()]):
-                    delay = started + send_after_s(index, limits) - time.monotonic()
-                    if delay > 0:
-                        await asyncio.sleep(delay)
+                pacer = Pacer(limits)
+                for piece in [*reframer.push(pcm), *reframer.flush()]:
+                    await pacer.wait()
                     await websocket.send(encode({"type": "audio", "seat": options.seat, "pcm": piece}))
                 await websocket.send(encode({"type": "close"}))
                 async for message in websocket:
@@ -214,12 +212,14 @@ class RecognizeStream(stt.RecognizeStream):
             self._replay.limit_to(int(self.ready.get("limits", {}).get("burst_ms", 10_000)))
             await websocket.send(encode(options.start_frame()))
             self._origin_ms = self._sent_ms - len(self._replay) * FRAME_MS  # the server's 0 ms
+            pacer = Pacer(self.ready.get("limits", {}))  # the replay, then the input queued during an outage
             if len(self._replay):
                 self._tracker.reconnected()
                 for pcm in self._replay:
+                    await pacer.wait()
                     await websocket.send(encode({"type": "audio", "seat": options.seat, "pcm": pcm}))
             self._websocket = websocket
-            sender = asyncio.create_task(self._send_input(websocket))
+            sender = asyncio.create_task(self._send_input(websocket, pacer))
             keepalive = asyncio.create_task(self._keepalive(websocket))
             try:
                 await self._receive(websocket)
@@ -231,7 +231,7 @@ class RecognizeStream(stt.RecognizeStream):
                         await task
             return sender.done() and not sender.cancelled() and sender.exception() is None and sender.result()
 
-    async def _send_input(self, websocket: websockets.ClientConnection) -> bool:
+    async def _send_input(self, websocket: websockets.ClientConnection, pacer: Pacer) -> bool:
         seat = self._options.seat
         async for item in self._input_ch:
             if isinstance(item, rtc.AudioFrame):
@@ -242,6 +242,7 @@ class RecognizeStream(stt.RecognizeStream):
             for pcm in frames:
                 self._replay.add(pcm)
                 self._sent_ms += FRAME_MS
+                await pacer.wait()
                 await websocket.send(encode({"type": "audio", "seat": seat, "pcm": pcm}))
             if not isinstance(item, rtc.AudioFrame):
                 await websocket.send(encode({"type": "finalize", "seat": seat}))
