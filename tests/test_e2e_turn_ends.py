@@ -62,3 +62,10 @@ async def test_a_session_that_does_not_ask_gets_no_new_frames(server) -> None:
     frames = await talk(server.url)
     assert not of_type(frames, "filtered")
     assert [frame["type"] for frame in frames if frame["type"] in ENDS] == ["commit"]
+
+
+async def test_turn_ends_must_be_a_bool(server) -> None:
+    async with connect(server.url) as session:
+        await session.start(turn_ends="yes")
+        frame = await asyncio.wait_for(session.receive(), 5)
+    assert frame["type"] == "error" and frame["code"] == "bad_field" and "turn_ends" in frame["message"], frame
