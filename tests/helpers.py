@@ -74,6 +74,13 @@ def silence(ms: int) -> bytes:
     return bytes(32 * ms)
 
 
+def cough_pcm(ms: int = 200, lead_ms: int = 300, tail_ms: int = 1500) -> bytes:
+    """A short non-word sound (white noise, seeded): the VAD hears speech, the tone model no words,
+    so the turn it opens has only an empty final, as a cough or a door has."""
+    burst = np.random.default_rng(3).normal(0.0, 6000.0, 16 * ms).clip(-32767, 32767).astype("<i2")
+    return silence(lead_ms) + burst.tobytes() + silence(tail_ms)
+
+
 async def send_pcm(session: SttSession, pcm: bytes, seat: str = "default",
                    realtime_factor: float | None = None) -> None:
     started = time.monotonic()

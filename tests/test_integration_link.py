@@ -7,7 +7,14 @@ import sys
 
 import pytest
 
-from kitt_stt.integrations.link import FRAME_BYTES, LinkOptions, Reframer, ReplayBuffer, backoff_delays
+from kitt_stt.integrations.link import (
+    FRAME_BYTES,
+    LinkOptions,
+    Reframer,
+    ReplayBuffer,
+    backoff_delays,
+    send_after_s,
+)
 from kitt_stt.integrations.turns import (
     Committed,
     Eager,
@@ -54,6 +61,28 @@ def test_replay_never_exceeds_what_the_server_accepts_at_once() -> None:
     assert len(replay) == 450  # 9 s: within the 10 s burst, with room for the frames after it
 
 
+def test_replay_keeps_everything_while_offline_and_hands_it_out_in_rounds() -> None:
+    replay = ReplayBuffer(max_ms=30_000, idle_keep_ms=1000)
+    replay.offline = True  # the socket is down between turns: no speech_start can come
+    for index in range(200):
+        replay.add(index.to_bytes(2, "big"))
+    assert len(replay) == 200  # 4 s, not the last second
+    first, position = replay.since(replay.oldest)
+    assert len(first) == 200 and position == 200
+    replay.add((200).to_bytes(2, "big"))  # live audio while the replay was being sent
+    rest, position = replay.since(position)
+    assert rest == [(200).to_bytes(2, "big")] and replay.since(position) == ([], 201)
+    replay.offline = False
+    replay.add((201).to_bytes(2, "big"))
+    assert len(replay) == 50  # connected again, outside a turn: the last second
+
+
+def test_a_buffer_is_paced_to_the_servers_limits() -> None:
+    limits = {"realtime_factor": 4.0, "burst_ms": 10_000}
+    assert send_after_s(0, limits) == 0.0 and send_after_s(450, limits) == 0.0  # 9 s: within the burst (90 %)
+    assert send_after_s(1450, limits) == pytest.approx((1450 * 20 - 9000) / 1000 / 3.6)  # then 3.6 x real time
+
+
 def test_backoff_doubles_to_its_cap_and_ends() -> None:
     assert list(backoff_delays(0.5, 8.0, 7)) == [0.5, 1.0, 2.0, 4.0, 8.0, 8.0, 8.0]
 
@@ -89,6 +118,7 @@ def test_tracker_turns_server_frames_into_turn_events() -> None:
                            Partial("打开车"), Partial("打开车门")]
     commit = events[-1]
     assert isinstance(commit, Committed) and commit.text == "打开车门" and commit.reason == "model"
+    assert commit.words == ()  # this session's finals carried none
     assert (commit.start_ms, commit.end_ms, commit.language) == (300, 2100, "zh")
     assert not replay.in_turn
     assert tracker.on_frame({"type": "speech_start", "audio_ms": 5000, **seat}) == [TurnStarted(5000)]

@@ -20,10 +20,12 @@ import pytest
 pytest.importorskip("livekit.agents", reason="the livekit extra is not installed (pip install 'kitt-stt[livekit]')")
 
 from livekit import rtc
+from livekit.agents import Agent, AgentSession
 from livekit.agents import stt as lk_stt
+from livekit.agents.voice.io import AudioInput
 
 from kitt_stt.integrations.livekit import STT
-from tests.helpers import free_port, run_server, silence, tone_pcm
+from tests.helpers import cough_pcm, free_port, run_server, silence, tone_pcm
 
 Kind = lk_stt.SpeechEventType
 
@@ -94,8 +96,8 @@ def finals(events: list[lk_stt.SpeechEvent]) -> list[str]:
 
 @pytest.mark.py310  # the smoke path on Python 3.10: see docs/testing.md
 async def test_stream_yields_the_turn_event_sequence(server) -> None:
-    events = await stream_events(STT(server.url, language="zh"), frames_48k_stereo(tone_pcm("打开车门", tail_ms=1200)),
-                                 lambda evs: finals(evs))
+    events = await stream_events(STT(server.url, language="zh", words=False),
+                                 frames_48k_stereo(tone_pcm("打开车门", tail_ms=1200)), lambda evs: finals(evs))
     assert finals(events) == ["打开车门"]
     assert kinds(events) == ["START_OF_SPEECH", "INTERIM_TRANSCRIPT", "FINAL_TRANSCRIPT", "END_OF_SPEECH"]
     final = next(event for event in events if event.type is Kind.FINAL_TRANSCRIPT).alternatives[0]
@@ -206,3 +208,136 @@ async def test_reconnect_after_a_server_restart_replays_the_turn(tmp_path: Path,
                 holder["second"].__exit__(None, None, None)
     assert finals(events) == ["打开车门"]
     assert kinds(events).count("START_OF_SPEECH") == 1
+
+
+class PcmInput(AudioInput):
+    """An agent session's microphone: ``pcm`` in real time as 10 ms frames, then silence."""
+
+    def __init__(self, pcm: bytes) -> None:
+        super().__init__(label="pcm")
+        self._frames = [pcm[i:i + 320] for i in range(0, len(pcm), 320)]
+        self._index = 0
+        self._started: float | None = None
+
+    async def __anext__(self) -> rtc.AudioFrame:
+        self._started = self._started or time.monotonic()
+        await asyncio.sleep(max(0.0, self._started + self._index * 0.01 - time.monotonic()))
+        data = self._frames[self._index] if self._index < len(self._frames) else bytes(320)
+        self._index += 1
+        return rtc.AudioFrame(data, 16000, 1, 160)
+
+
+async def test_a_cough_leaves_the_agent_session_listening_and_the_next_turn_starts(server) -> None:
+    """A 200 ms cough opens a turn with nothing to commit. In livekit-agents' own AgentSession
+    (``turn_detection="stt"``) the user must go back to "listening" (END_OF_SPEECH: the
+    user-silence event an interruptible reply waits on is set again, so the agent may speak), and
+    the real turn after it must start anew ("speaking") and be transcribed."""
+    session = AgentSession(stt=STT(server.url), turn_detection="stt")
+    seen: list[str] = []
+    session.on("user_state_changed", lambda ev: seen.append(ev.new_state))
+    session.on("user_input_transcribed", lambda ev: seen.append(f"final:{ev.transcript}") if ev.is_final else None)
+    session.input.audio = PcmInput(cough_pcm() + tone_pcm("打开车门", lead_ms=0, tail_ms=1500))
+    await session.start(agent=Agent(instructions="You are the car's assistant."), record=False)
+    try:
+        deadline = time.monotonic() + 15
+        while not ("final:打开车门" in seen and seen[-1] == "listening") and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+    finally:
+        await session.aclose()
+    assert seen == ["speaking", "listening", "speaking", "final:打开车门", "listening"], seen
+
+
+async def test_push_to_talk_commit_user_turn_commits_at_once(tmp_path: Path, model_cache: Path) -> None:
+    """``manual_flush``: livekit-agents' ``commit_user_turn()`` (push-to-talk) flushes the stream
+    only when the STT declares it; the flush is our ``finalize``, so the transcript comes at once,
+    not after the server's own end-of-turn wait (20 s here: only the flush can commit in time,
+    and without it LiveKit gives up after its 2 s transcript timeout)."""
+    with run_server(tmp_path, model_cache, {"turn": {"wait_ms": 20_000}}) as slow:
+        session = AgentSession(stt=STT(slow.url), turn_detection="manual")
+        heard: list[str] = []
+        session.on("user_input_transcribed", lambda ev: heard.append(ev.transcript))
+        session.input.audio = PcmInput(tone_pcm("打开车门", tail_ms=400))
+        await session.start(agent=Agent(instructions="You are the car's assistant."), record=False)
+        try:
+            deadline = time.monotonic() + 10
+            while heard[-1:] != ["打开车门"] and time.monotonic() < deadline:  # the interims: the speech is in
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.5)  # its segment has ended: only the turn is open on the server
+            pressed = time.monotonic()
+            transcript = await asyncio.wait_for(session.commit_user_turn(skip_reply=True), 5)
+            waited = time.monotonic() - pressed
+        finally:
+            await session.aclose()
+    assert transcript == "打开车门"
+    assert waited < 0.5, waited
+
+
+async def test_usage_reaches_livekits_metrics_and_finals_carry_their_words(server) -> None:
+    """``RECOGNITION_USAGE`` at each turn end becomes LiveKit's STT metrics (the audio sent), and
+    on an engine that times words (the tone model) the final is word-aligned in stream time."""
+    model = STT(server.url)
+    assert model.capabilities.aligned_transcript == "word"
+    metrics: list = []
+    model.on("metrics_collected", metrics.append)
+    pcm = tone_pcm("打开车门", tail_ms=1200)
+    events = await stream_events(model, frames_16k(pcm), lambda evs: finals(evs))
+    final = next(event for event in events if event.type is Kind.FINAL_TRANSCRIPT).alternatives[0]
+    assert [str(word) for word in final.words] == ["打", "开", "车", "门"]
+    starts = [word.start_time for word in final.words]
+    assert starts == sorted(starts) and all(word.start_time < word.end_time for word in final.words)
+    assert abs(starts[0] - final.start_time) < 0.1 and final.words[-1].end_time <= final.end_time + 0.1  # one clock
+    assert all(0.99 < word.confidence <= 1.0 for word in final.words)
+    streamed = sum(metric.audio_duration for metric in metrics if metric.streamed)
+    assert streamed >= len(pcm) / 32000 - 0.02  # at least the audio pushed before the commit
+
+
+def test_an_engine_without_word_times_turns_the_aligned_transcript_off() -> None:
+    model = STT("ws://127.0.0.1:9/stt")  # never connected: the ready frame is given
+    model._engine_is({"model": {"words": False}})
+    assert model.capabilities.aligned_transcript is False
+    assert STT("ws://127.0.0.1:9/stt", words=False).capabilities.aligned_transcript is False
+
+
+async def test_recognize_paces_a_long_buffer_to_the_servers_limits(tmp_path: Path, model_cache: Path) -> None:
+    """A buffer longer than the server's burst: sent at once, the excess is dropped with
+    ``rate_limited``; paced to ``ready.limits`` (as ``kitt-stt transcribe`` does) it is heard whole."""
+    limits = {"server": {"rate_limit": {"realtime_factor": 20.0, "burst_ms": 1000}}}
+    with run_server(tmp_path, model_cache, limits) as strict:
+        pcm = silence(2000) + tone_pcm("打开车门", tail_ms=1000)
+        started = time.monotonic()
+        result = await asyncio.wait_for(STT(strict.url).recognize(frames_16k(pcm)), 20)
+        elapsed = time.monotonic() - started
+    assert result.alternatives[0].text == "打开车门"
+    assert elapsed < 2.0, elapsed
+
+
+async def test_input_queued_during_an_outage_is_paced_to_the_servers_limits(tmp_path: Path,
+                                                                           model_cache: Path) -> None:
+    """The server dies between turns and the user speaks before it is back: the audio LiveKit
+    queued meanwhile (longer than the server's burst) must go out paced to ``ready.limits``,
+    not at once, or the server drops part of it with ``rate_limited``."""
+    port = free_port()
+    holder: dict = {}
+    limits = {"server": {"rate_limit": {"realtime_factor": 20.0, "burst_ms": 2000}}}
+    with run_server(tmp_path, model_cache, limits, port=port) as first:
+        model = STT(first.url, backoff_max_s=2.0)  # 9.5 s of tries: a restart on a busy machine fits
+        errors: list = []
+        model.on("error", errors.append)
+
+        async def outage_before_speech(index: int) -> None:
+            if index == 0 and "restart" not in holder:
+                first.process.kill()
+                first.process.wait(10)
+                (tmp_path / "again").mkdir()
+                holder["context"] = run_server(tmp_path / "again", model_cache, limits, port=port)
+                holder["restart"] = asyncio.create_task(asyncio.to_thread(holder["context"].__enter__))
+
+        try:
+            events = await stream_events(model, frames_16k(silence(1500) + tone_pcm("打开车门", tail_ms=1200)),
+                                         lambda evs: finals(evs), during=outage_before_speech)
+        finally:
+            if "restart" in holder:
+                await holder["restart"]
+                holder["context"].__exit__(None, None, None)
+    assert finals(events) == ["打开车门"]
+    assert not errors

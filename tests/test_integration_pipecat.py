@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import io
+import signal
 import sys
+import time
 import wave
 from pathlib import Path
 
+import msgpack
 import numpy as np
 import pytest
 
@@ -45,7 +48,7 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.workers.runner import WorkerRunner
 
 from kitt_stt.integrations.pipecat import KittSTTService
-from tests.helpers import free_port, run_server, silence, tone_pcm, wav_bytes
+from tests.helpers import cough_pcm, free_port, run_server, silence, tone_pcm, wav_bytes
 
 WATCHED = (ProposedUserStartedSpeakingFrame, InterimTranscriptionFrame, TranscriptionFrame,
            ProposedUserStoppedSpeakingFrame, UserStartedSpeakingFrame, UserStoppedSpeakingFrame, LLMContextFrame,
@@ -249,3 +252,94 @@ def _start_again(tmp_path: Path, model_cache: Path, port: int):
     context = run_server(tmp_path / "again", model_cache, port=port)
     (tmp_path / "again").mkdir(exist_ok=True)
     return context.__enter__(), context
+
+
+async def test_a_cough_ends_the_users_turn_so_the_next_turn_starts(server) -> None:
+    """A 200 ms cough opens a turn with nothing to commit: pipecat's user aggregator must see the
+    user stop (or the bot never gets its turn) and then a new start for the real turn."""
+    pcm = cough_pcm() + tone_pcm("打开车门", lead_ms=0, tail_ms=1200)
+    before, after, _ = await run_pipeline(KittSTTService(server.url), wav_chunks(wav_bytes(pcm)),
+                                          lambda rec, _: committed(rec), pace_s=0.005)
+    assert committed(before) == ["打开车门"]
+    assert [name for name in names(before.frames) if name != "InterimTranscriptionFrame"] == \
+        ["ProposedUserStartedSpeakingFrame", "ProposedUserStoppedSpeakingFrame",
+         "ProposedUserStartedSpeakingFrame", "TranscriptionFrame", "ProposedUserStoppedSpeakingFrame"]
+    turns = [name for name in names(after.frames) if name in ("UserStartedSpeakingFrame", "UserStoppedSpeakingFrame")]
+    assert turns == ["UserStartedSpeakingFrame", "UserStoppedSpeakingFrame"] * 2
+
+
+async def test_speech_while_the_server_is_down_is_replayed_whole_and_in_order(tmp_path: Path,
+                                                                              model_cache: Path) -> None:
+    """The server dies between turns and the user speaks before it is back: no ``speech_start``
+    can say a turn began, yet all of it must be kept for the replay (not only the last second), and
+    live audio must wait until the replay is out (the socket is published after it)."""
+    port = free_port()
+    holder: dict = {}
+    pcm = silence(600) + tone_pcm("打开车门", tail_ms=1200)
+    replayed: list[bytes] = []  # the audio sent on the connection after the restart, in order
+
+    with run_server(tmp_path, model_cache, port=port) as first:
+        service = KittSTTService(first.url, reconnect_backoff_max_wait=2.0)  # 11 s of tries: a busy restart fits
+        connect = service._websocket_connect
+
+        async def recording_connect(*args, **kwargs):
+            websocket = await connect(*args, **kwargs)
+            if "killed" in holder:
+                send = websocket.send
+
+                async def send_and_record(message: bytes) -> None:
+                    frame = msgpack.unpackb(message)
+                    if frame["type"] == "audio":
+                        replayed.append(frame["pcm"])
+                        await asyncio.sleep(0.002)  # as a busy socket yields: live audio comes meanwhile
+                    await send(message)
+
+                websocket.send = send_and_record
+            return websocket
+
+        service._websocket_connect = recording_connect  # type: ignore[method-assign]
+
+        async def outage_before_speech(index: int) -> None:
+            if index == 0 and "killed" not in holder:
+                holder["killed"] = True
+                first.process.kill()  # between turns: nothing of the coming speech has reached it
+                first.process.wait(10)
+                holder["restart"] = asyncio.create_task(asyncio.to_thread(_start_again, tmp_path, model_cache, port))
+
+        try:
+            before, *_ = await run_pipeline(service, wav_chunks(wav_bytes(pcm)), lambda rec, _: committed(rec),
+                                           during=outage_before_speech)
+        finally:
+            if "restart" in holder:
+                (await holder["restart"])[1].__exit__(None, None, None)
+    assert committed(before) == ["打开车门"]
+    sent = b"".join(replayed)
+    speech = pcm[len(silence(600)):]
+    fed = pcm + bytes(len(sent))  # what the pipeline pushed: the WAV, then 10 ms silences
+    assert speech in sent and fed.find(sent) >= 0  # all the speech, and no frame out of its place
+
+
+async def test_a_cancel_stops_at_once_even_when_the_server_does_not_answer(server) -> None:
+    """pipecat cancels by stopping now: the service must not wait for the server's flush (3 s) nor
+    for a closing handshake with a server that has stopped answering."""
+    service = KittSTTService(server.url)
+    worker = PipelineWorker(Pipeline([service, Recorder("after")]), params=PipelineParams(audio_in_sample_rate=16000),
+                            cancel_on_idle_timeout=False)
+    runner = WorkerRunner(handle_sigint=False)
+    await runner.add_workers(worker)
+    running = asyncio.create_task(runner.run())
+    try:
+        await asyncio.sleep(1.0)  # started and connected
+        for chunk in wav_chunks(wav_bytes(tone_pcm("打开车门", tail_ms=0))):  # a turn open on the server
+            await worker.queue_frame(InputAudioRawFrame(audio=chunk, sample_rate=16000, num_channels=1))
+        await asyncio.sleep(0.3)
+        server.process.send_signal(signal.SIGSTOP)  # it answers nothing from now on
+        started = time.monotonic()
+        await worker.cancel()
+        await asyncio.wait_for(running, 10)
+        elapsed = time.monotonic() - started
+    finally:
+        server.process.send_signal(signal.SIGCONT)
+        if not running.done():
+            running.cancel()
+    assert elapsed < 1.0, elapsed

@@ -3,12 +3,20 @@
 Streaming with interim results; the server's turn events become LiveKit's speech events
 (``START_OF_SPEECH``, ``INTERIM_TRANSCRIPT``, ``PREFLIGHT_TRANSCRIPT`` for ``turn_eager``,
 ``FINAL_TRANSCRIPT`` + ``END_OF_SPEECH`` at the ``commit``), so an ``AgentSession`` with
-``turn_detection="stt"`` ends the user's turn when the server's end-of-turn model does. Pushed
+``turn_detection="stt"`` ends the user's turn when the server's end-of-turn model does; a turn
+with nothing to commit (a cough) ends with ``END_OF_SPEECH`` alone. The STT declares
+``manual_flush``: LiveKit's flush (``commit_user_turn()``, push-to-talk) sends ``finalize``, so
+the server commits at once instead of after its own end-of-turn wait. Pushed
 audio of any rate and channel count is averaged to mono, then resampled to 16 kHz here (the
 framework's own resampler is built for one channel, so the down-mix must come first). Reconnect (with
 backoff, replaying the audio since the last commit) and keepalive follow
-kitt_stt/integrations/link.py. Word timings: the protocol's commits carry none yet, so
-``aligned_transcript`` is off.
+kitt_stt/integrations/link.py. Word timings: the stream asks for ``words`` (``words=True``, the
+default) and declares ``aligned_transcript="word"``; each ``FINAL_TRANSCRIPT`` then carries the
+turn's words as ``TimedString``s in stream time, where the server's engine times words
+(``ready.model.words``; on one that does not, the capability is turned off at the first
+connection and finals carry no words). ``RECOGNITION_USAGE`` reports the audio sent at every
+turn end and when the stream ends, for LiveKit's usage metrics. ``recognize()``'s buffer, and a
+reconnect's replay and the input queued during the outage, are paced to ``ready.limits``.
 """
 
 from __future__ import annotations
@@ -32,13 +40,14 @@ from livekit.agents import (
     stt,
 )
 from livekit.agents.language import LanguageCode
-from livekit.agents.types import NOT_GIVEN, NotGivenOr
+from livekit.agents.types import NOT_GIVEN, NotGivenOr, TimedString
 from livekit.agents.utils import AudioBuffer, is_given
 
 from kitt_stt.integrations.link import (
     FRAME_MS,
     SAMPLE_RATE,
     LinkOptions,
+    Pacer,
     Reframer,
     ReplayBuffer,
     backoff_delays,
@@ -64,17 +73,20 @@ class STT(stt.STT):
     def __init__(self, url: str, *, seat: str = "driver", language: str | None = None, hotwords: Sequence[str] = (),
                  token: str | None = None, eager: bool = True, interim: bool = True, keepalive_s: float = 10.0,
                  replay_max_ms: int = 30_000, backoff_min_s: float = 0.5, backoff_max_s: float = 8.0,
-                 max_reconnects: int = 6, start_options: dict[str, Any] | None = None) -> None:
+                 max_reconnects: int = 6, words: bool = True, start_options: dict[str, Any] | None = None) -> None:
         """``url``: the server's WebSocket endpoint (``ws://host:8000/stt/sensevoice``); ``token``: its
         ``server.auth_token``; ``eager``: ask for ``turn_eager``/``turn_resumed`` (preflight
-        transcripts); ``start_options``: further ``start`` fields (``wake``, ``text``)."""
-        super().__init__(capabilities=stt.STTCapabilities(streaming=True, interim_results=True,
-                                                          aligned_transcript=False, offline_recognize=True))
+        transcripts); ``words``: word timings and confidence for the finals (where the engine
+        times words); ``start_options``: further ``start`` fields (``wake``, ``text``)."""
+        extra_start = {"words": words, **(start_options or {})}
+        super().__init__(capabilities=stt.STTCapabilities(
+            streaming=True, interim_results=True, offline_recognize=True, manual_flush=True,
+            aligned_transcript="word" if extra_start["words"] is True else False))
         self._options = LinkOptions(url=url, seat=seat, language=language, hotwords=tuple(hotwords), token=token,
                                     eager=eager, interim=interim, client="livekit-agents", keepalive_s=keepalive_s,
                                     replay_max_ms=replay_max_ms, backoff_min_s=backoff_min_s,
                                     backoff_max_s=backoff_max_s, max_reconnects=max_reconnects,
-                                    extra_start=dict(start_options or {}))
+                                    extra_start=extra_start)
         self._streams: weakref.WeakSet[RecognizeStream] = weakref.WeakSet()
 
     @property
@@ -84,6 +96,11 @@ class STT(stt.STT):
     @property
     def provider(self) -> str:
         return "kitt-stt"
+
+    def _engine_is(self, ready: dict[str, Any]) -> None:
+        """The server's engine cannot time words: no aligned transcript to promise."""
+        if self._capabilities.aligned_transcript and not ready.get("model", {}).get("words", False):
+            self._capabilities.aligned_transcript = False
 
     def update_options(self, *, language: NotGivenOr[str | None] = NOT_GIVEN,
                        hotwords: NotGivenOr[Sequence[str]] = NOT_GIVEN) -> None:
@@ -116,10 +133,14 @@ class STT(stt.STT):
         try:
             async with websockets.connect(options.url, additional_headers=options.headers(), max_size=1 << 22,
                                           open_timeout=conn_options.timeout) as websocket:
-                await _await_ready(websocket, conn_options.timeout)
+                ready = await _await_ready(websocket, conn_options.timeout)
+                self._engine_is(ready)
+                limits = ready.get("limits", {})
                 await websocket.send(encode({**options.start_frame(), "eager": False, "interim": False}))
                 reframer = Reframer()
+                pacer = Pacer(limits)
                 for piece in [*reframer.push(pcm), *reframer.flush()]:
+                    await pacer.wait()
                     await websocket.send(encode({"type": "audio", "seat": options.seat, "pcm": piece}))
                 await websocket.send(encode({"type": "close"}))
                 async for message in websocket:
@@ -137,6 +158,7 @@ class STT(stt.STT):
 class RecognizeStream(stt.RecognizeStream):
     def __init__(self, *, stt: STT, options: LinkOptions, conn_options: APIConnectOptions) -> None:
         super().__init__(stt=stt, conn_options=conn_options)
+        self._model = stt  # ours (the base class keeps it as a plain ``stt.STT``)
         self._options = options
         self._replay = ReplayBuffer(options.replay_max_ms, options.idle_keep_ms)
         self._tracker = TurnTracker(options.seat, self._replay)
@@ -145,6 +167,7 @@ class RecognizeStream(stt.RecognizeStream):
         self._websocket: websockets.ClientConnection | None = None
         self._last_sent = time.monotonic()
         self._sent_ms = 0  # audio of this stream sent so far (replays not counted twice)
+        self._reported_ms = 0  # of which RECOGNITION_USAGE has told
         self._origin_ms = 0  # where in the stream the current connection's audio clock starts
         self.ready: dict[str, Any] | None = None  # the server's last ``ready`` frame
         self.reconnects = 0
@@ -165,6 +188,7 @@ class RecognizeStream(stt.RecognizeStream):
         while True:
             try:
                 if await self._session():
+                    self._report_usage()
                     return
                 last_error = ConnectionError("the server closed the session")
                 delays = backoff_delays(self._options.backoff_min_s, self._options.backoff_max_s,
@@ -184,15 +208,18 @@ class RecognizeStream(stt.RecognizeStream):
         async with websockets.connect(options.url, additional_headers=options.headers(), max_size=1 << 22,
                                       open_timeout=self._conn_options.timeout) as websocket:
             self.ready = await _await_ready(websocket, self._conn_options.timeout)
+            self._model._engine_is(self.ready)
             self._replay.limit_to(int(self.ready.get("limits", {}).get("burst_ms", 10_000)))
             await websocket.send(encode(options.start_frame()))
             self._origin_ms = self._sent_ms - len(self._replay) * FRAME_MS  # the server's 0 ms
+            pacer = Pacer(self.ready.get("limits", {}))  # the replay, then the input queued during an outage
             if len(self._replay):
                 self._tracker.reconnected()
                 for pcm in self._replay:
+                    await pacer.wait()
                     await websocket.send(encode({"type": "audio", "seat": options.seat, "pcm": pcm}))
             self._websocket = websocket
-            sender = asyncio.create_task(self._send_input(websocket))
+            sender = asyncio.create_task(self._send_input(websocket, pacer))
             keepalive = asyncio.create_task(self._keepalive(websocket))
             try:
                 await self._receive(websocket)
@@ -204,7 +231,7 @@ class RecognizeStream(stt.RecognizeStream):
                         await task
             return sender.done() and not sender.cancelled() and sender.exception() is None and sender.result()
 
-    async def _send_input(self, websocket: websockets.ClientConnection) -> bool:
+    async def _send_input(self, websocket: websockets.ClientConnection, pacer: Pacer) -> bool:
         seat = self._options.seat
         async for item in self._input_ch:
             if isinstance(item, rtc.AudioFrame):
@@ -215,12 +242,22 @@ class RecognizeStream(stt.RecognizeStream):
             for pcm in frames:
                 self._replay.add(pcm)
                 self._sent_ms += FRAME_MS
+                await pacer.wait()
                 await websocket.send(encode({"type": "audio", "seat": seat, "pcm": pcm}))
             if not isinstance(item, rtc.AudioFrame):
                 await websocket.send(encode({"type": "finalize", "seat": seat}))
             self._last_sent = time.monotonic()
         await websocket.send(encode({"type": "close"}))  # input ended: the server flushes, then closes
         return True
+
+    def _report_usage(self) -> None:
+        """``RECOGNITION_USAGE`` with the audio sent since the last report (LiveKit adds them up)."""
+        unreported = self._sent_ms - self._reported_ms
+        if unreported > 0:
+            self._reported_ms = self._sent_ms
+            self._event_ch.send_nowait(stt.SpeechEvent(
+                type=stt.SpeechEventType.RECOGNITION_USAGE,
+                recognition_usage=stt.RecognitionUsage(audio_duration=unreported / 1000.0)))
 
     def _to_16k_mono(self, frame: rtc.AudioFrame) -> bytes:
         mono = _mono(frame)
@@ -262,13 +299,24 @@ class RecognizeStream(stt.RecognizeStream):
             final = _event(kind.FINAL_TRANSCRIPT, event.text, event.language or language, start, end,
                            confidence=float(event.frame.get("confidence", 0.0)))
             final.alternatives[0].metadata = {"commit": event.frame}
+            if event.words:
+                final.alternatives[0].words = [_timed(word, offset / 1000.0) for word in event.words]
             self._event_ch.send_nowait(final)
             self._event_ch.send_nowait(stt.SpeechEvent(type=kind.END_OF_SPEECH))
+            self._report_usage()
         elif isinstance(event, Filtered):
             self._event_ch.send_nowait(stt.SpeechEvent(type=kind.END_OF_SPEECH))
+            self._report_usage()
         elif isinstance(event, ServerError):
             self._emit_error(_api_error({"code": event.code, "message": event.message}),
                              recoverable=event.code not in _PERMANENT)
+
+
+def _timed(word: dict[str, Any], offset_s: float) -> TimedString:
+    """One of a final's ``words`` (seat clock, ms) in stream time, as LiveKit's own STTs give words."""
+    return TimedString(str(word.get("text", "")), start_time=offset_s + int(word.get("start_ms", 0)) / 1000.0,
+                       end_time=offset_s + int(word.get("end_ms", 0)) / 1000.0,
+                       confidence=float(word.get("confidence", 0.0)), start_time_offset=offset_s)
 
 
 def _mono(frame: rtc.AudioFrame) -> bytes:

@@ -37,6 +37,7 @@ from pipecat.services.settings import STTSettings
 from pipecat.services.stt_service import WebsocketSTTService
 from pipecat.transcriptions.language import Language
 from pipecat.turns.eager_end_of_turn_mixin import EagerEndOfTurnSTTServiceMixin
+from pipecat.turns.user_stop.external_user_turn_stop_strategy import ExternalUserTurnStopStrategy
 from pipecat.utils.errors import ErrorCategory
 from pipecat.utils.time import time_now_iso8601
 from websockets.protocol import State
@@ -105,6 +106,7 @@ class KittSTTService(EagerEndOfTurnSTTServiceMixin, WebsocketSTTService):
         self._resampler = create_stream_resampler()
         self._channels = 1
         self._receive_task: asyncio.Task | None = None
+        self._cancelled = False  # a CancelFrame came: tear down at once, without the server's flush
         self.ready: dict[str, Any] | None = None  # the server's last ``ready`` frame
         self._register_event_handler("on_commit")
 
@@ -117,8 +119,16 @@ class KittSTTService(EagerEndOfTurnSTTServiceMixin, WebsocketSTTService):
         return True
 
     def service_metadata_frame(self) -> STTMetadataFrame:
+        """pipecat's external turn strategies, told not to wait for a transcript after our stop:
+        the server's commit pushes its transcript before the stop, and a turn that ends in
+        ``filtered`` (a cough, a passenger, the wake phrase alone) has none, so waiting would keep
+        the user "speaking" until pipecat's 5 s stop timeout, with the bot unable to answer."""
         frame = super().service_metadata_frame()
-        frame.user_turn_strategies = self.recommended_user_turn_strategies(enable_interruptions=self._should_interrupt)
+        strategies = self.recommended_user_turn_strategies(enable_interruptions=self._should_interrupt)
+        for strategy in strategies.stop or []:
+            if isinstance(strategy, ExternalUserTurnStopStrategy):
+                strategy.wait_for_transcript = False
+        frame.user_turn_strategies = strategies
         return frame
 
     async def start(self, frame: StartFrame) -> None:
@@ -130,8 +140,11 @@ class KittSTTService(EagerEndOfTurnSTTServiceMixin, WebsocketSTTService):
         await self._disconnect()
 
     async def cancel(self, frame: CancelFrame) -> None:
+        """pipecat expects a cancel to stop at once: no flush, no wait for the server's last
+        commit, and no closing handshake (a stalled server would hold it for ``close_timeout``).
+        pipecat's own ``cancel`` calls ``_disconnect``, which then drops the connection."""
+        self._cancelled = True
         await super().cancel(frame)
-        await self._disconnect()
 
     async def process_audio_frame(self, frame: InputAudioRawFrame, direction: FrameDirection) -> None:
         self._channels = max(1, frame.num_channels)
@@ -162,20 +175,24 @@ class KittSTTService(EagerEndOfTurnSTTServiceMixin, WebsocketSTTService):
         return audio
 
     async def _send_frames(self, frames: list[bytes]) -> None:
-        """Keep each frame for a replay, then send it if the socket is up (if not, the
-        reconnect replays it)."""
+        """Keep each frame for a replay, then send it if the socket is up; if not (down, or a
+        reconnect still replaying), the replay keeps everything from now on and sends it."""
         for pcm in frames:
             self._replay.add(pcm)
-            await self._send({"type": "audio", "seat": self._options.seat, "pcm": pcm})
+            if not await self._send({"type": "audio", "seat": self._options.seat, "pcm": pcm}):
+                self._replay.offline = True
 
-    async def _send(self, frame: dict[str, Any]) -> None:
+    async def _send(self, frame: dict[str, Any]) -> bool:
+        """Whether the frame went out (False: no open socket, or the send failed)."""
         websocket = self._websocket
         if websocket is None or websocket.state is not State.OPEN:
-            return
+            return False
         try:
             await websocket.send(encode(frame))
         except Exception as exc:  # the receive loop sees the drop and reconnects
             logger.debug(f"{self}: send failed ({exc}); the receive loop reconnects")
+            return False
+        return True
 
     async def _send_keepalive(self, silence: bytes) -> None:
         """Quiet pipeline (no audio for ``keepalive_s``): a ``ping`` keeps the session open."""
@@ -189,14 +206,19 @@ class KittSTTService(EagerEndOfTurnSTTServiceMixin, WebsocketSTTService):
 
     async def _connect(self) -> None:
         await super()._connect()
+        self._cancelled = False
         await self._connect_websocket()
         if self._receive_task is None:
             self._receive_task = self.create_task(self._receive_task_handler(self._report_error))
 
     async def _disconnect(self) -> None:
         """Ask the server to flush the seat (``close``: its pending turn is committed) and wait
-        briefly for it to close, then tear down."""
+        briefly for it to close, then tear down; after a cancel, drop the connection now instead
+        (the server treats that as the client gone)."""
         await super()._disconnect()
+        if self._cancelled:
+            await self._drop()
+            return
         await self._send_frames(self._reframer.flush())
         await self._send({"type": "close"})
         if self._receive_task is not None:
@@ -206,8 +228,19 @@ class KittSTTService(EagerEndOfTurnSTTServiceMixin, WebsocketSTTService):
             self._receive_task = None
         await self._disconnect_websocket()
 
+    async def _drop(self) -> None:
+        if self._receive_task is not None:
+            await self.cancel_task(self._receive_task, timeout=1.0)
+            self._receive_task = None
+        websocket, self._websocket = self._websocket, None
+        if websocket is not None:
+            websocket.transport.abort()
+            await self._call_event_handler("on_disconnected")
+
     async def _connect_websocket(self) -> None:
-        """Open the session: wait for ``ready``, send ``start``, replay the turn's audio."""
+        """Open the session: wait for ``ready``, send ``start``, replay the audio kept since the
+        last commit, and only then publish the socket, so that live audio cannot cut into the
+        replay (it is kept meanwhile and goes out as the replay's last round)."""
         if self._websocket is not None and self._websocket.state is State.OPEN:
             return
         try:
@@ -217,15 +250,19 @@ class KittSTTService(EagerEndOfTurnSTTServiceMixin, WebsocketSTTService):
             if ready.get("type") != "ready":
                 await websocket.close()
                 raise ConnectionError(f"kitt-stt refused the session: {ready.get('code')}: {ready.get('message')}")
-            self._websocket = websocket
             self.ready = ready
             self._replay.limit_to(int(ready.get("limits", {}).get("burst_ms", 10_000)))
-            await self._send(self._options.start_frame())
+            await websocket.send(encode(self._options.start_frame()))
             if len(self._replay):
                 self._tracker.reconnected()
                 logger.info(f"{self}: replaying {len(self._replay) * 20} ms of audio since the last commit")
-                for pcm in self._replay:
-                    await self._send({"type": "audio", "seat": self._options.seat, "pcm": pcm})
+            frames, position = self._replay.since(self._replay.oldest)
+            while frames:
+                for pcm in frames:
+                    await websocket.send(encode({"type": "audio", "seat": self._options.seat, "pcm": pcm}))
+                frames, position = self._replay.since(position)
+            self._websocket = websocket  # no await since the last round: no live frame slipped in between
+            self._replay.offline = False
             await self._call_event_handler("on_connected")
         except Exception as exc:
             self._websocket = None

@@ -7,7 +7,8 @@ Both adapters map these events onto their framework (docs/integrations.md has th
 * ``Partial`` with the turn's text so far: its finals joined, plus the open segment's interim;
 * ``Eager`` (``turn_eager``) and ``Resumed`` (``turn_resumed``, with the text so far);
 * ``Committed`` (``commit``: the server's end of turn) or ``Filtered`` (``filtered``: the turn
-  was not addressed to the assistant), both ending the turn;
+  was not addressed to the assistant, or had nothing to commit: noise, the wake phrase alone;
+  the adapters ask for those with ``turn_ends``), both ending the turn;
 * ``ServerError`` for an ``error`` frame.
 """
 
@@ -49,6 +50,7 @@ class Committed:
     end_ms: int | None
     language: str | None
     frame: dict[str, Any]
+    words: tuple[dict[str, Any], ...] = ()  # the turn's finals' words (sessions with ``words: true``)
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,7 @@ class TurnTracker:
         self.seat = seat
         self._replay = replay
         self._finals: list[str] = []
+        self._words: list[dict[str, Any]] = []
         self._start_ms: int | None = None
         self._end_ms: int | None = None
         self._language: str | None = None
@@ -82,6 +85,7 @@ class TurnTracker:
     def reconnected(self) -> None:
         """A new connection replays the turn's audio from its start: its finals will come again."""
         self._finals.clear()
+        self._words.clear()
         self._start_ms = self._end_ms = None
 
     def on_frame(self, frame: dict[str, Any]) -> list[TurnEvent]:
@@ -101,6 +105,7 @@ class TurnTracker:
             return [Partial(join_texts([*self._finals, str(frame.get("text", ""))]))]
         if kind == "final":
             self._finals.append(str(frame.get("text", "")))
+            self._words.extend(frame.get("words") or [])
             self._end_ms = frame.get("end_ms")
             self._language = frame.get("lang") or self._language
             text = join_texts(self._finals)
@@ -112,7 +117,7 @@ class TurnTracker:
         if kind == "commit":
             decision = (frame.get("metadata") or {}).get("eot", {}).get("decision", {})
             event = Committed(str(frame.get("text", "")), decision.get("reason"), self._start_ms, self._end_ms,
-                              self._language, frame)
+                              self._language, frame, tuple(self._words))
             self._settle()
             return [event]
         if kind == "filtered":
@@ -123,6 +128,7 @@ class TurnTracker:
 
     def _settle(self) -> None:
         self._finals.clear()
+        self._words.clear()
         self._start_ms = self._end_ms = None
         self._language = None
         self._replay.committed()

@@ -71,6 +71,7 @@ class SeatPipeline:
         self._turns = TurnTracker(seat, policy, emit, finals_done=lambda: self._decoder.final_chain,
                                   max_duration_ms=config.turn.max_duration_ms,
                                   commit_empty=config.turn.commit_empty, eager=lambda: settings().eager,
+                                  turn_ends=lambda: settings().turn_ends,
                                   look_for=lambda turn: self._predictor.look(turn),
                                   fallback_wait_ms=config.turn.wait_ms)
         self._decoder = SegmentDecoder(seat, config, scheduler, owner, emit, self._turns, self._tasks,

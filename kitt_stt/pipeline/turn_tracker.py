@@ -11,8 +11,10 @@ next final, or when its next segment starts (that segment then opens a new turn)
 
 Sessions that ask for it (``eager``) hear about a decision before it is made: ``turn_eager``
 when the policy finds the turn probably over but waits, ``turn_resumed`` when speech then comes
-back.  A turn's ``turn_id`` is given when it is first announced (eager or commit), so ids of
-committed turns stay consecutive and noise turns that are never committed take none.
+back.  A turn's ``turn_id`` is given when it is first announced (eager, commit or filtered), so
+ids of committed turns stay consecutive and noise turns that are never committed take none,
+except in sessions that ask (``turn_ends``) to hear every turn end: there a turn with nothing to
+commit (noise, the wake phrase alone) ends in ``filtered`` and takes its id like any other.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import Literal
 
 from kitt_stt.pipeline.eot import CommitReason, Decision, EotPolicy, TurnContext, TurnLook, sleep_until
 from kitt_stt.pipeline.turn import Turn
@@ -49,8 +52,9 @@ class TurnTracker:
                  finals_done: Callable[[], Awaitable[None] | None], max_duration_ms: int,
                  commit_empty: bool = False, eager: Callable[[], bool] = lambda: False,
                  look_for: Callable[[Turn], TurnLook | None] = lambda turn: None,
-                 fallback_wait_ms: int = 0) -> None:
+                 fallback_wait_ms: int = 0, turn_ends: Callable[[], bool] = lambda: False) -> None:
         self._seat = seat
+        self._turn_ends = turn_ends  # the session asked to hear how every turn ends (filtered below)
         self._fallback_wait_ms = fallback_wait_ms  # a policy that fails still waits this long (turn.wait_ms)
         self._look_for = look_for  # the turn's audio and a fresh prediction, for a policy's second looks
         self._eager = eager
@@ -205,18 +209,29 @@ class TurnTracker:
         if not staged.text and staged.wake is None:  # only noise: the client saw its empty finals
             if self._commit_empty:
                 self._emit_commit(turn, decision, staged.text, None)
+            else:
+                self._end_uncommitted(turn, "empty")
             return
         wake = self._wake_gate.decide(turn.stage.wake_settings, staged, turn.start_ms, turn.end_ms)
         if staged.wake is not None:
             self.announce_wake(turn, turn.segment_ids[0], staged.wake, turn.end_ms)
         if wake is not None and wake.action is TurnAction.WAKE_ONLY:
-            return  # only the wake phrase: the next turn within follow_up_ms counts as woken
+            self._end_uncommitted(turn, "wake_only")  # the next turn within follow_up_ms counts as woken
+            return
         text = staged.text
         if wake is not None and wake.action is TurnAction.FILTER:
             self._emit(FilteredFrame(seat=self._seat, turn_id=self._announce(turn), text=text,
                                      segment_ids=list(turn.segment_ids)))
             return
         self._emit_commit(turn, decision, text, None if wake is None else wake.metadata())
+
+    def _end_uncommitted(self, turn: Turn, reason: Literal["empty", "wake_only"]) -> None:
+        """A turn with nothing to commit ends silently for older clients; sessions that asked
+        (``turn_ends``) get ``filtered`` with ``reason``, since a client that opened a turn at its
+        ``speech_start`` (a framework's "user speaking") must hear that it is over."""
+        if self._turn_ends():
+            self._emit(FilteredFrame(seat=self._seat, turn_id=self._announce(turn), text="",
+                                     segment_ids=list(turn.segment_ids), reason=reason))
 
     def _emit_commit(self, turn: Turn, decision: Decision, text: str, wake: dict[str, object] | None) -> None:
         metadata = decision.as_metadata()

@@ -99,6 +99,7 @@ class StartFrame(ClientFrame):
     wake: WakeFields | None = None
     text: TextFields | None = None
     words: StrictBool | None = None
+    turn_ends: StrictBool | None = None
 
 
 class AudioFrame(ClientFrame):
@@ -130,6 +131,7 @@ class ConfigureFrame(ClientFrame):
     wake: WakeFields | None = None
     text: TextFields | None = None
     words: StrictBool | None = None
+    turn_ends: StrictBool | None = None
 
 
 class PingFrame(ClientFrame):
@@ -277,14 +279,16 @@ class WakeFrame(ServerFrame):
 
 
 class FilteredFrame(ServerFrame):
-    """A turn not addressed to the assistant (``wake.mode: required``): sent instead of its commit."""
+    """A turn that ends without a commit: not addressed to the assistant (``wake.mode: required``,
+    reason ``no_wake``), or, for sessions that ask (``turn_ends``), one with nothing to commit
+    (``empty``: noise; ``wake_only``: only the wake phrase), so every started turn ends on the wire."""
 
     type: Literal["filtered"] = "filtered"
     seat: str
     turn_id: int
     segment_ids: list[int]
     text: str
-    reason: Literal["no_wake"] = "no_wake"
+    reason: Literal["no_wake", "empty", "wake_only"] = "no_wake"
 
 
 class EotDecision(BaseModel):

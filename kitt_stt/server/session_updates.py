@@ -55,7 +55,8 @@ class SessionUpdates:
             settings = settings.updated(stage=updated_stage(self.current.stage, frame.wake, frame.text))
         if frame.languages is not None:
             settings = settings.updated(languages=checked_languages(frame.languages, self._engine.info.languages))
-        settings = settings.updated(words=None if frame.words is None else self._timed(frame.words))
+        settings = settings.updated(words=None if frame.words is None else self._timed(frame.words),
+                                    turn_ends=frame.turn_ends)
         decoding = settings.decode_hotwords()  # wake phrases are hotwords too: charged once the frame is applied
         if self._hotword_changes.charge(decoding) and decoding:
             await self._prepare_hotwords(decoding)
