@@ -320,7 +320,7 @@ async def test_input_queued_during_an_outage_is_paced_to_the_servers_limits(tmp_
     holder: dict = {}
     limits = {"server": {"rate_limit": {"realtime_factor": 20.0, "burst_ms": 2000}}}
     with run_server(tmp_path, model_cache, limits, port=port) as first:
-        model = STT(first.url, backoff_max_s=2.0)  # 9.5 s of tries: a restart on a busy machine fits
+        model = STT(first.url, backoff_max_s=2.0, max_reconnects=20)  # ~37 s of tries: a slow restart under load fits
         errors: list = []
         model.on("error", errors.append)
 
