@@ -5,6 +5,7 @@ word timestamps on an engine that has none said so rather than left silently emp
 
 from __future__ import annotations
 
+import asyncio
 import time
 import wave
 from itertools import pairwise
@@ -167,3 +168,29 @@ def test_a_stream_the_client_leaves_frees_its_slot_and_drops_its_decodes(tmp_pat
         assert "kitt_scheduler_queue_depth 0.0" in httpx.get(f"{server.http}/metrics", timeout=10).text
         log = server.log()
     assert "file transcription failed" not in log
+
+
+
+async def test_a_stream_the_client_leaves_before_it_starts_frees_its_slot() -> None:
+    """A client that hangs up while its upload is still being read or decoded is gone before the
+    response starts: Starlette (as uvicorn runs it, ASGI spec 2.3) sees ``http.disconnect`` first and
+    cancels the response before its events generator ever runs, and a generator that never ran
+    never runs its ``finally``. The slot was freed only there: after ``max_concurrent`` such clients
+    every upload got 429 until a restart. Real Starlette, an ASGI peer that has already left."""
+    from kitt_stt.server.openai_stream import event_stream
+
+    released: list[bool] = []
+
+    async def pieces():
+        yield  # never reached: nobody reads the stream
+
+    async def receive() -> dict:
+        return {"type": "http.disconnect"}
+
+    async def send(_message: dict) -> None:
+        await asyncio.sleep(0.01)  # a real socket write yields: the disconnect is seen meanwhile
+
+    response = event_stream(pieces(), lambda: released.append(True), {})
+    scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "method": "POST", "headers": []}
+    await asyncio.wait_for(response(scope, receive, send), 5)
+    assert released == [True]

@@ -29,11 +29,30 @@ def event_stream(pieces: AsyncGenerator[DecodedPiece, None], release: Callable[[
                  headers: dict[str, str]) -> StreamingResponse:
     """The response for ``pieces``; ``release`` runs once the stream has ended, however it ends
     (the upload holds its ``transcriptions.max_concurrent`` slot until then)."""
-    return StreamingResponse(_events(pieces, release), media_type="text/event-stream",
-                             headers={**headers, "cache-control": "no-cache"})
+    return _ReleasingStream(_events(pieces), pieces, release, media_type="text/event-stream",
+                            headers={**headers, "cache-control": "no-cache"})
 
 
-async def _events(pieces: AsyncGenerator[DecodedPiece, None], release: Callable[[], None]) -> AsyncIterator[bytes]:
+class _ReleasingStream(StreamingResponse):
+    """Frees the upload's slot and drops its queued decodes when the response is over. Not in the
+    events generator's ``finally``: a client that hangs up before the response starts (while the
+    upload is still being read or decoded) makes Starlette cancel the response before the generator
+    first runs, and a generator that never ran never runs its ``finally``: the slot was lost."""
+
+    def __init__(self, events: AsyncIterator[bytes], pieces: AsyncGenerator[DecodedPiece, None],
+                 release: Callable[[], None], **kwargs: Any) -> None:
+        super().__init__(events, **kwargs)
+        self._pieces, self._release = pieces, release
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
+            await self._pieces.aclose()  # a client gone mid-stream: its queued decodes are dropped
+
+
+async def _events(pieces: AsyncGenerator[DecodedPiece, None]) -> AsyncIterator[bytes]:
     texts: list[str] = []
     try:
         async for decoded in pieces:
@@ -48,9 +67,6 @@ async def _events(pieces: AsyncGenerator[DecodedPiece, None], release: Callable[
     except Exception as exc:  # an engine fault: the client gets a clear error, the live sessions go on
         log.exception("file transcription failed")
         yield _event(ApiError(500, f"decoding failed: {exc}", code="internal", kind="server_error").body())
-    finally:
-        release()
-        await pieces.aclose()  # a client gone mid-stream: its queued decodes are dropped
 
 
 def _event(data: dict[str, Any]) -> bytes:
