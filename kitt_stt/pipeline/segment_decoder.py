@@ -200,10 +200,16 @@ class SegmentDecoder:
         guess; when the decision (or the tail's) says otherwise, joining as decoded labelled Mandarin
         text `en` (whisper-base read "Turn on the air" as 生命的天 in zh). Those chunks are decoded
         again, at final priority, now that the segment's language is known; a decode that fails or
-        is cancelled keeps the piece as it was. Only languages that differ cost a decode."""
+        is cancelled keeps the piece as it was. Only where the segment decided its language and
+        the chunk was decoded in another (an engine that reads the language per piece, as SenseVoice
+        without an allowed set does, would only decode the same piece the same way again)."""
         lang = pieces[-1].result.lang
+        language = segment.options.segment_language
+        decided = language.decided if language is not None else None
+        if decided is None or decided.lang != lang:
+            return pieces
         stale = [index for index, piece in enumerate(pieces[:len(snapshot.chunks)])
-                 if lang is not None and piece.result.lang not in (None, lang)]
+                 if piece.result.lang not in (None, lang)]
         if not stale:
             return pieces
         view = segment.buffer.view()
