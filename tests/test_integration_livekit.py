@@ -269,7 +269,7 @@ async def test_push_to_talk_commit_user_turn_commits_at_once(tmp_path: Path, mod
         finally:
             await session.aclose()
     assert transcript == "打开车门"
-    assert waited < 0.5, waited
+    assert waited < 1.5, waited  # without the flush: LiveKit's 2 s transcript timeout, or the server's 20 s
 
 
 async def test_usage_reaches_livekits_metrics_and_finals_carry_their_words(server) -> None:
@@ -308,7 +308,7 @@ async def test_recognize_paces_a_long_buffer_to_the_servers_limits(tmp_path: Pat
         result = await asyncio.wait_for(STT(strict.url).recognize(frames_16k(pcm)), 20)
         elapsed = time.monotonic() - started
     assert result.alternatives[0].text == "打开车门"
-    assert elapsed < 2.0, elapsed
+    assert elapsed < 3.0, elapsed  # paced at 20x, not in real time (3.9 s of audio)
 
 
 async def test_input_queued_during_an_outage_is_paced_to_the_servers_limits(tmp_path: Path,

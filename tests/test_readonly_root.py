@@ -89,6 +89,13 @@ def _serve(tmp_path: Path, model_cache: Path, overrides: dict) -> tuple[subproce
     return process, port, log, cwd
 
 
+def _healthy(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
 def test_the_server_traces_from_a_read_only_working_directory(tmp_path: Path, model_cache: Path) -> None:
     process, port, log, cwd = _serve(tmp_path, model_cache, {"tracing": {"enabled": True, "flush_interval_s": 0.2}})
     trace = tmp_path / "tmp" / "kitt-stt" / "kitt-stt.trace.json.gz"
@@ -98,7 +105,10 @@ def test_the_server_traces_from_a_read_only_working_directory(tmp_path: Path, mo
             assert process.poll() is None, f"server exited with {process.returncode}:\n{log.read_text()}"
             assert time.monotonic() < deadline, f"no trace at {trace}:\n{log.read_text()}"
             time.sleep(0.1)
-        assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
+        while not _healthy(port):  # the trace starts in the lifespan, before uvicorn binds the port
+            assert process.poll() is None, f"server exited with {process.returncode}:\n{log.read_text()}"
+            assert time.monotonic() < deadline, f"never healthy:\n{log.read_text()}"
+            time.sleep(0.1)
     finally:
         process.terminate()
         process.wait(timeout=20)
