@@ -32,12 +32,13 @@ def turn_ends_per_opening(frames: list[dict[str, Any]]) -> list[str]:
 
 
 async def talk(url: str, **start: Any) -> list[dict[str, Any]]:
-    """A cough, the wake phrase alone, its command, then another cough, at twice real time (the
-    1.5 s pauses last 0.75 s of wall clock: longer than the server's 300 ms turn wait)."""
+    """A cough, the wake phrase alone, its command, then another cough, in real time (the 1.5 s
+    pauses are five times the server's 300 ms turn wait, so each turn ends before the next starts
+    even on a loaded machine)."""
     pcm = cough_pcm() + tone_pcm("ABC", tail_ms=1500) + tone_pcm("打开车门", lead_ms=0, tail_ms=1500) + cough_pcm()
     async with connect(url) as session:
         await session.start(wake=WAKE, **start)
-        await send_pcm(session, pcm, realtime_factor=2.0)
+        await send_pcm(session, pcm, realtime_factor=1.0)
         await session.close()  # the server flushes (anything still open ends now), then closes
 
         async def until_closed() -> list[dict[str, Any]]:
