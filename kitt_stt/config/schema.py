@@ -124,7 +124,7 @@ class VadConfig(Section):
     # detector's own thread (off the event loop); 0: each seat's windows on the loop, one run each
     batch: int = Field(default=64, ge=0, le=1024)
     # silero, batched: how long a due window may wait for other seats' before the run (under one 32 ms window)
-    batch_wait_ms: float = Field(default=2.0, ge=0.0, lt=32.0)
+    batch_wait_ms: float = Field(default=10.0, ge=0.0, lt=32.0)
     provider: Provider = Provider.CPU  # silero: cpu | cuda (refused at start-up when the session runs elsewhere)
 
     @field_validator("provider")
