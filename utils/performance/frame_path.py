@@ -31,12 +31,11 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from kitt_stt.asr.factory import build_engine  # noqa: E402
-from kitt_stt.audio import silero_batch  # noqa: E402
 from kitt_stt.audio.detector import FRAME_SAMPLES  # noqa: E402
 from kitt_stt.audio.frontend import HighPassFilter, NoiseFloor, level_db  # noqa: E402
 from kitt_stt.audio.silero import SileroDetector, load_silero  # noqa: E402
 from kitt_stt.audio.webrtc import WebRtcDetector  # noqa: E402
-from kitt_stt.config.schema import AppConfig  # noqa: E402
+from kitt_stt.config.schema import AppConfig, VadConfig  # noqa: E402
 from kitt_stt.models.registry import default_cache_dir  # noqa: E402
 from kitt_stt.observability.metrics import Metrics  # noqa: E402
 from kitt_stt.observability.trace import Tracer, Track  # noqa: E402
@@ -50,6 +49,11 @@ from kitt_stt.server.seats import Seats  # noqa: E402
 from kitt_stt.server.session_updates import SessionUpdates  # noqa: E402
 from kitt_stt.server.state import ServiceState  # noqa: E402
 from utils.performance.vad_scale import noise_frames  # noqa: E402
+
+try:  # absent in a checkout from before the batch thread: copied there, this prints the "before"
+    from kitt_stt.audio import silero_batch
+except ImportError:
+    silero_batch = None  # type: ignore[assignment]
 
 BATCH_SEATS = 64
 
@@ -119,8 +123,9 @@ def whole_path(config: AppConfig, payloads: list[bytes], arm: str) -> dict[str, 
     vad = {**config.vad.model_dump(), **silero_arm(arm)}
     arm_config = AppConfig.model_validate({**config.model_dump(), "vad": vad})
     scheduler = InferenceScheduler(engine)
-    batcher = silero_batch.build_vad_batch(arm_config.vad)
-    state = ServiceState(config=arm_config, engine=engine, scheduler=scheduler, vad_batch=batcher)
+    batcher = silero_batch.build_vad_batch(arm_config.vad) if silero_batch is not None else None
+    state = ServiceState(config=arm_config, engine=engine, scheduler=scheduler,
+                         **({"vad_batch": batcher} if batcher is not None else {}))
     if batcher is None:
         seats = seats_of(arm_config, state)
         return {"in-process path": per_call_us(lambda p: seats.on_audio(decode_client_frame(p)), payloads)}  # type: ignore[arg-type]
@@ -170,8 +175,9 @@ async def batched_path(config: AppConfig, state: ServiceState, batcher: silero_b
 
 
 def silero_arm(arm: str) -> dict[str, Any]:
+    """The arm's ``vad`` settings that this checkout knows (an older one has no ``vad.batch``)."""
     from utils.performance.vad_scale import ARMS
-    return ARMS[arm]
+    return {key: value for key, value in ARMS[arm].items() if key in VadConfig.model_fields}
 
 
 def main() -> None:
@@ -190,7 +196,7 @@ def main() -> None:
     e2e = end_to_end(args.cache) if args.e2e else {}
     print("\n| detector | in-process path (µs) | other | end-to-end server CPU (µs) | transport (difference) |")
     print("|---|---|---|---|---|")
-    for arm in ("webrtc", "silero", "batched"):
+    for arm in ("webrtc", "silero", "batched") if silero_batch is not None else ("webrtc", "silero"):
         path = whole_path(config, payloads, arm)
         inside = path.pop("in-process path")
         other = "; ".join(f"{key.strip()}: {value:.1f}" for key, value in path.items())

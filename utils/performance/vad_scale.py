@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
 import sys
 import time
@@ -90,7 +91,7 @@ async def _discard(ws: Any) -> None:
 async def ping_only(url: str, seconds: float, warmup_s: float) -> None:
     """The ping process: print the round trips (ms) measured after ``warmup_s`` as JSON."""
     rtts: list[float] = []
-    async with websockets.connect(url) as ws:
+    async with websockets.connect(url, open_timeout=60) as ws:  # a saturated server is slow to answer
         await ws.recv()
         begin = time.monotonic()
         end = begin + warmup_s + seconds
@@ -129,8 +130,8 @@ async def measure(server: RunningServer, connections: int, seconds: float, warmu
     for task in streams:
         task.cancel()
     await asyncio.gather(*streams, return_exceptions=True)
-    rtts = json.loads(output)
-    return {"ping_p50_ms": nearest_rank(rtts, 50), "ping_p99_ms": nearest_rank(rtts, 99),
+    rtts = json.loads(output) if output.strip() else []  # no answer at all: the server is saturated
+    return {"ping_p50_ms": nearest_rank(rtts, 50) or math.inf, "ping_p99_ms": nearest_rank(rtts, 99) or math.inf,
             "cpu_ms_per_seat_s": cpu / (connections * wall) * 1000.0,
             "cpu_share": cpu / wall, "client_lag_p99_ms": nearest_rank(lags, 99) * 1000.0 if lags else 0.0}
 
