@@ -53,6 +53,14 @@ class SpeechDetector(ABC):
         """The front end's filter: what the engine hears of ``frame`` (float64, int16 scale)."""
         return self._highpass.process(frame) if self._highpass is not None else frame.astype(np.float64)
 
+    @staticmethod
+    def hear_together(detectors: list[SpeechDetector], frames: list[np.ndarray]) -> list[np.ndarray]:
+        """:meth:`hear` for one frame of each of several detectors of one configuration at once."""
+        filters = [detector._highpass for detector in detectors]
+        if any(highpass is None for highpass in filters):
+            return [detector.hear(frame) for detector, frame in zip(detectors, frames, strict=True)]
+        return HighPassFilter.process_together(filters, frames)  # type: ignore[arg-type]
+
     def judge(self, heard: np.ndarray, voiced: bool) -> bool:
         """The frame's decision: the engine's word ``voiced`` on ``heard``, held against the noise
         floor. Split from :meth:`is_speech` so that an engine scored elsewhere (a batch of seats,

@@ -61,6 +61,20 @@ class HighPassFilter:
         filtered = np.fft.irfft(np.fft.rfft(block, self._fft_size) * self._response, self._fft_size)
         return filtered[self._history : self._history + frame.shape[0]]
 
+    @staticmethod
+    def process_together(filters: list[HighPassFilter], frames: list[np.ndarray]) -> list[np.ndarray]:
+        """One frame through each of several filters of the same design (one per seat) with one
+        FFT pair for all: each output is what that filter's :meth:`process` gives, without paying
+        numpy's per-call overhead once per seat (half the filter's cost at 64 seats)."""
+        first = filters[0]
+        blocks = np.stack([np.concatenate([f._tail, frame.astype(np.float64)]) for f, frame in zip(filters, frames,
+                                                                                                   strict=True)])
+        spectra = np.fft.rfft(blocks, first._fft_size, axis=1) * first._response
+        filtered = np.fft.irfft(spectra, first._fft_size, axis=1)
+        for f, block in zip(filters, blocks, strict=True):
+            f._tail = block[-f._history :]
+        return [filtered[row, first._history : first._history + frame.shape[0]] for row, frame in enumerate(frames)]
+
     def reset(self) -> None:
         self._tail[:] = 0.0
 

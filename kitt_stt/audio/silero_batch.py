@@ -6,7 +6,8 @@ Scored on the loop (``vad.batch: 0``), each seat pays one onnxruntime call per 3
 that loop is saturated. Here a seat's frames go to :meth:`BatchedStream.submit`; the batch thread
 takes whatever frames have arrived (waiting at most ``vad.batch_wait_ms`` for more once one has,
 so a seat's decision never waits a window for others), runs each seat's front end and buffers
-its samples exactly as :class:`~.silero.SileroDetector` does on the loop, stacks the windows that
+its samples exactly as :class:`~.silero.SileroDetector` does on the loop (the seats' front ends
+with one FFT pair for all), stacks the windows that
 are due into ``input [B, 576]`` and their seats' states into ``state [2, B, 128]`` (up to
 ``vad.batch`` rows per run; rows are independent streams, so a seat's probabilities are those of
 its own unbatched run), and hands each seat its decisions, in order, through the seat's loop.
@@ -58,6 +59,10 @@ class BatchedStream:
         self._batcher.close_stream(self)
 
 
+#: what one pass of the batch thread takes: each seat with its frames, in order
+Work = list[tuple[BatchedStream, deque[np.ndarray]]]
+
+
 class SileroBatcher:
     """The batch thread and its model (``vad.provider``'s session)."""
 
@@ -106,7 +111,7 @@ class SileroBatcher:
 
     # ----- the batch thread --------------------------------------------------------------------
 
-    def _take(self) -> list[tuple[BatchedStream, deque[np.ndarray]]] | None:
+    def _take(self) -> Work | None:
         """Wait for frames (then up to ``batch_wait_ms`` for more seats'); None when stopping."""
         with self._lock:
             while not self._ready and not self._stopping:
@@ -141,9 +146,10 @@ class SileroBatcher:
                 with contextlib.suppress(RuntimeError):  # that loop is closed: its seats are gone
                     loop.call_soon_threadsafe(_deliver_all, batch)
 
-    def _score(self, work: list[tuple[BatchedStream, deque[np.ndarray]]]) -> dict[BatchedStream, list[bool]]:
+    def _score(self, work: Work) -> dict[BatchedStream, list[bool]]:
         """Every frame's decision, per seat and in order; one model run per round of due windows."""
         decided: dict[BatchedStream, list[bool]] = {stream: [] for stream, _ in work}
+        work = _heard_together(work)
         due = [(stream, frames, *step) for stream, frames in work
                if (step := _advance(stream.detector, frames, None, decided[stream])) is not None]
         while due:
@@ -170,10 +176,25 @@ def build_vad_batch(config: VadConfig) -> SileroBatcher | None:
     return SileroBatcher(load_silero(Path(config.model), config.provider), config.batch, config.batch_wait_ms)
 
 
+def _heard_together(work: Work) -> Work:
+    """Every frame through its seat's front end, the seats' n-th frames together (the filter's
+    state is the seat's own and does not depend on Silero, so it may run ahead of the scoring)."""
+    heard: Work = [(stream, deque()) for stream, _ in work]
+    index = 0
+    while rows := [row for row, (_, frames) in enumerate(work) if index < len(frames)]:
+        outputs = SileroDetector.hear_together([work[row][0].detector for row in rows],
+                                               [work[row][1][index] for row in rows])
+        for row, output in zip(rows, outputs, strict=True):
+            heard[row][1].append(output)
+        index += 1
+    return heard
+
+
 def _advance(detector: SileroDetector, frames: deque[np.ndarray], heard: np.ndarray | None,
              decided: list[bool]) -> tuple[np.ndarray, np.ndarray] | None:
     """Run one seat forward until a window is due (returns the frame it is for and the window) or
-    its frames are all decided (None). ``heard``: the frame whose window was just scored."""
+    its frames (through the front end already) are all decided (None). ``heard``: the frame whose
+    window was just scored."""
     while True:
         if heard is not None:
             window = detector.next_window()
@@ -182,7 +203,7 @@ def _advance(detector: SileroDetector, frames: deque[np.ndarray], heard: np.ndar
             decided.append(detector.judge(heard, detector.speaking))
         if not frames:
             return None
-        heard = detector.hear(frames.popleft())
+        heard = frames.popleft()
         detector.queue_samples(heard)
 
 

@@ -66,7 +66,7 @@ def process_cpu_s(pid: int) -> float:
 
 
 async def stream(url: str, frames: list[bytes], until: float, lags: list[float], started: asyncio.Event) -> None:
-    async with websockets.connect(url, max_size=1 << 22) as ws:
+    async with websockets.connect(url, max_size=1 << 22, open_timeout=60) as ws:
         await ws.recv()  # ready
         started.set()
         reader = asyncio.create_task(_discard(ws))
@@ -130,10 +130,22 @@ async def measure(server: RunningServer, connections: int, seconds: float, warmu
     for task in streams:
         task.cancel()
     await asyncio.gather(*streams, return_exceptions=True)
+    await settled(server.process.pid)
     rtts = json.loads(output) if output.strip() else []  # no answer at all: the server is saturated
     return {"ping_p50_ms": nearest_rank(rtts, 50) or math.inf, "ping_p99_ms": nearest_rank(rtts, 99) or math.inf,
             "cpu_ms_per_seat_s": cpu / (connections * wall) * 1000.0,
             "cpu_share": cpu / wall, "client_lag_p99_ms": nearest_rank(lags, 99) * 1000.0 if lags else 0.0}
+
+
+async def settled(pid: int, limit_s: float = 60.0) -> None:
+    """Wait until a server that fell behind has worked off its backlog (under 5 % of a core over
+    half a second), so that the next arm does not start on a machine it is still using."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        before = process_cpu_s(pid)
+        await asyncio.sleep(0.5)
+        if process_cpu_s(pid) - before < 0.025:
+            return
 
 
 @contextlib.contextmanager
