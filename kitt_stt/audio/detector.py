@@ -46,8 +46,25 @@ class SpeechDetector(ABC):
         self.last_margin_db = 0.0
 
     def is_speech(self, frame: np.ndarray) -> bool:
-        heard = self._highpass.process(frame) if self._highpass is not None else frame.astype(np.float64)
-        voiced = self._engine_says_speech(heard)
+        heard = self.hear(frame)
+        return self.judge(heard, self._engine_says_speech(heard))
+
+    def hear(self, frame: np.ndarray) -> np.ndarray:
+        """The front end's filter: what the engine hears of ``frame`` (float64, int16 scale)."""
+        return self._highpass.process(frame) if self._highpass is not None else frame.astype(np.float64)
+
+    @staticmethod
+    def hear_together(detectors: list[SpeechDetector], frames: list[np.ndarray]) -> list[np.ndarray]:
+        """:meth:`hear` for one frame of each of several detectors of one configuration at once."""
+        filters = [detector._highpass for detector in detectors]
+        if any(highpass is None for highpass in filters):
+            return [detector.hear(frame) for detector, frame in zip(detectors, frames, strict=True)]
+        return HighPassFilter.process_together(filters, frames)  # type: ignore[arg-type]
+
+    def judge(self, heard: np.ndarray, voiced: bool) -> bool:
+        """The frame's decision: the engine's word ``voiced`` on ``heard``, held against the noise
+        floor. Split from :meth:`is_speech` so that an engine scored elsewhere (a batch of seats,
+        :mod:`.silero_batch`) reaches the same decision as one scored here."""
         self._heard_frames += 1
         if self._floor is None:
             return voiced

@@ -16,4 +16,4 @@ def new_detector(config: VadConfig) -> SpeechDetector:
     exists, so a seat never waits for a download."""
     if config.engine is VadEngine.WEBRTC:
         return WebRtcDetector(config)
-    return SileroDetector(config, load_silero(Path(config.model)))
+    return SileroDetector(config, load_silero(Path(config.model), config.provider))

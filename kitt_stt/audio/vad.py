@@ -104,8 +104,15 @@ class VadSegmenter:
     def buffered_bytes(self) -> int:
         return sum(frame.nbytes for frame in self._preroll) + self._detector.nbytes
 
+    @property
+    def detector(self) -> SpeechDetector:
+        return self._detector
+
     def process(self, frame: np.ndarray) -> list[VadEvent]:
-        voiced = self._detector.is_speech(frame)
+        return self.decided(frame, self._detector.is_speech(frame))
+
+    def decided(self, frame: np.ndarray, voiced: bool) -> list[VadEvent]:
+        """The events of ``frame`` given its detector's decision (made here or by the batch thread)."""
         self._frames_seen += 1
         if self.state is VadState.SILENCE:
             return self._in_silence(frame, voiced)
@@ -175,8 +182,10 @@ class VadSegmenter:
             return []
         return [self._end(reason)]
 
-    def reset(self) -> None:
-        """Drop buffered audio (seat closed)."""
+    def reset(self, detector: bool = True) -> None:
+        """Drop buffered audio (seat closed); ``detector=False`` when the detector is not ours to
+        touch (the batch thread's, which drops it with the seat's stream)."""
         self._preroll.clear()
         self._window.clear()
-        self._detector.reset()
+        if detector:
+            self._detector.reset()

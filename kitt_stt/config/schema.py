@@ -121,6 +121,19 @@ class VadConfig(Section):
     # speech must stand this far above the noise floor; 0: off; null: the engine's own (webrtc 6, silero 0)
     noise_gate_db: float | None = Field(default=None, ge=0.0, le=30.0)
     noise_window_ms: int = Field(default=1500, ge=200, le=10_000)  # the noise floor: the quietest moment of this window
+    # silero: the due windows of all seats are scored together, up to this many per onnxruntime run, on the
+    # detector's own thread (off the event loop); 0: each seat's windows on the loop, one run each
+    batch: int = Field(default=64, ge=0, le=1024)
+    # silero, batched: how long a due window may wait for other seats' before the run (under one 32 ms window)
+    batch_wait_ms: float = Field(default=10.0, ge=0.0, lt=32.0)
+    provider: Provider = Provider.CPU  # silero: cpu | cuda (refused at start-up when the session runs elsewhere)
+
+    @field_validator("provider")
+    @classmethod
+    def _check_provider(cls, value: Provider) -> Provider:
+        if value is Provider.TENSORRT:
+            raise ValueError("vad.provider: tensorrt is not supported (a 2 MB model); use cpu or cuda")
+        return value
 
     @model_validator(mode="after")
     def _speech_can_stop(self) -> VadConfig:

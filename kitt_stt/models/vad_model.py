@@ -8,6 +8,7 @@ stops the start with a message instead of failing the first seat.
 
 from __future__ import annotations
 
+from kitt_stt.asr.providers import ProviderError
 from kitt_stt.asr.sense_voice_model import ModelError
 from kitt_stt.audio.silero import load_silero
 from kitt_stt.config.schema import AppConfig, VadEngine
@@ -27,7 +28,9 @@ def prepare_vad(config: AppConfig) -> AppConfig:
     if resolved is None:
         return config
     try:
-        load_silero(resolved.directory)
+        load_silero(resolved.directory, config.vad.provider)
+    except ProviderError as exc:  # asked for a GPU, would run on the CPU: refused, as asr.provider is
+        raise ModelError(str(exc)) from None
     except Exception as exc:  # onnxruntime raises its own types for a truncated or foreign file
         raise ModelError(f"vad.model: cannot load {resolved.directory}: {exc}") from None
     return config.model_copy(update={"vad": config.vad.model_copy(update={"model": str(resolved.directory)})})

@@ -1,10 +1,10 @@
 """One seat's pipeline: thin wiring from its audio and VAD events to the rooms that act on them.
 
 A frame's walk (``docs/architecture.md``): :meth:`SeatPipeline.push_audio` cuts 20 ms frames for
-the :class:`~kitt_stt.audio.vad.VadSegmenter`; its events open a :class:`.Segment` (and join it to
-a turn, :mod:`.turn_tracker`), feed the :class:`.SegmentDecoder` (chunks, interims, the final) and
-tell the :class:`.TurnPredictor` when the end-of-turn model should run. Everything here runs on
-the event loop and never blocks: decodes go to the shared scheduler as futures.
+the VAD (:mod:`.vad_feed`: on the loop or Silero's batch thread, in order with client calls); its
+events open a :class:`.Segment` (and join it to a turn, :mod:`.turn_tracker`), feed the
+:class:`.SegmentDecoder` (chunks, interims, the final) and tell the :class:`.TurnPredictor` when the
+end-of-turn model should run. Everything here runs on the event loop and never blocks.
 
 Ordering guarantees of the protocol hold by construction:
 
@@ -24,7 +24,8 @@ from collections.abc import Callable, Hashable
 
 import numpy as np
 
-from kitt_stt.audio.vad import FRAME_SAMPLES, EndReason, SpeechAudio, SpeechEnded, SpeechStarted, VadEvent, VadSegmenter
+from kitt_stt.audio.silero_batch import SileroBatcher
+from kitt_stt.audio.vad import FRAME_SAMPLES, EndReason, SpeechAudio, SpeechEnded, SpeechStarted, VadEvent
 from kitt_stt.config.schema import AppConfig
 from kitt_stt.observability.trace import Track
 from kitt_stt.pipeline.admission import Admission
@@ -38,6 +39,7 @@ from kitt_stt.pipeline.settings import SessionSettings
 from kitt_stt.pipeline.turn import Turn
 from kitt_stt.pipeline.turn_predictor import TurnPredictor
 from kitt_stt.pipeline.turn_tracker import TurnTracker
+from kitt_stt.pipeline.vad_feed import VadFeed
 from kitt_stt.protocol.frames import ErrorFrame, ServerFrame, SpeechStartFrame
 from kitt_stt.scheduler import InferenceScheduler
 from kitt_stt.turnsense.runner import TurnModelRunner
@@ -58,6 +60,7 @@ class SeatPipeline:
         turn_model: TurnModelRunner | None = None,
         observe: SeatObservers | None = None,
         admission: Admission | None = None,
+        vad_batch: SileroBatcher | None = None,
     ) -> None:
         self.seat = seat
         self._settings = settings
@@ -66,7 +69,8 @@ class SeatPipeline:
         self._admission = admission
         self._refusals = Throttle()  # one error a second per seat, not one per refused frame
         self._observe = observe or SeatObservers(None, Track(0, 0), "")
-        self._vad = VadSegmenter(config.vad)
+        self._feed = VadFeed(config.vad, self._on_frame, vad_batch)
+        self._vad = self._feed.segmenter
         self._tasks = SeatTasks(seat)
         self._turns = TurnTracker(seat, policy, emit, finals_done=lambda: self._decoder.final_chain,
                                   max_duration_ms=config.turn.max_duration_ms,
@@ -95,25 +99,31 @@ class SeatPipeline:
             samples = np.concatenate([self._carry, samples])
         whole = samples.shape[0] - samples.shape[0] % FRAME_SAMPLES
         for offset in range(0, whole, FRAME_SAMPLES):
-            frame = samples[offset : offset + FRAME_SAMPLES]
-            self._predictor.hear(frame)
-            self._handle(self._vad.process(frame))
+            self._feed.frame(samples[offset : offset + FRAME_SAMPLES])
         self._carry = samples[whole:].copy()
+
+    def _on_frame(self, frame: np.ndarray, events: list[VadEvent]) -> None:
+        self._predictor.hear(frame)
+        self._handle(events)
 
     def skip_audio(self, samples: int) -> None:
         """Audio that arrived but was dropped (rate limit): it keeps the seat's clock on the
         client's, and the end-of-turn ring hears it as silence, but no segment contains it."""
+        self._feed.after(lambda: self._skip_now(samples))
+
+    def _skip_now(self, samples: int) -> None:
         self._vad.skip(samples)
         self._predictor.hear_silence(samples)
 
     def client_vad(self, event: str) -> None:
-        if event == "start":
-            self._handle(self._vad.client_start())
-        else:
-            self._handle(self._vad.force_end(EndReason.CLIENT))
+        act = self._vad.client_start if event == "start" else lambda: self._vad.force_end(EndReason.CLIENT)
+        self._feed.after(lambda: self._handle(act()))
 
     def flush(self, reason: EndReason) -> asyncio.Task[None] | None:
-        """End any open segment and commit the turn as soon as its finals are out."""
+        """End any open segment (after the frames handed over) and commit the turn once its finals are out."""
+        return self._feed.task_after(lambda: self._flush_now(reason))
+
+    def _flush_now(self, reason: EndReason) -> asyncio.Task[None] | None:
         self._handle(self._vad.force_end(reason))
         return self._turns.flush(_FLUSH_REASONS[reason])
 
@@ -188,14 +198,14 @@ class SeatPipeline:
     @property
     def buffered_bytes(self) -> int:
         open_bytes = self._segment.buffer.nbytes if self._segment is not None else 0
-        return open_bytes + self._predictor.nbytes + self._vad.buffered_bytes + self._carry.nbytes
+        return open_bytes + self._predictor.nbytes + self._feed.nbytes + self._carry.nbytes
 
     def close(self) -> None:
         """Release everything this seat holds; pending decodes are cancelled by the connection."""
         self._tasks.cancel_all()
         self._predictor.close()
         self._turns.close()
-        self._vad.reset()
+        self._feed.close()
         self._segment = None
         self._segment_turn = None
         self._carry = np.zeros(0, dtype=np.int16)

@@ -7,6 +7,7 @@ unknown extra fields are ignored, because the protocol allows fields to be added
 from __future__ import annotations
 
 import unicodedata
+from functools import lru_cache
 from typing import Annotated, Any, ClassVar, Literal
 
 import msgpack
@@ -41,6 +42,7 @@ _INVISIBLE = frozenset(
 )
 
 
+@lru_cache(maxsize=4096)  # a seat name is checked on every audio frame (twice: the error echo, the field)
 def printable(value: str) -> str:
     """Refuse characters that can hide, reorder or forge text where a name is displayed.
 

@@ -25,6 +25,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from kitt_stt import __version__
 from kitt_stt.asr.engine import AsrEngine
 from kitt_stt.asr.factory import EnginePlan, PendingEngine
+from kitt_stt.audio.silero_batch import build_vad_batch
 from kitt_stt.config.schema import AppConfig
 from kitt_stt.console.routes import mount_console
 from kitt_stt.observability.logbuffer import RecentLogBuffer
@@ -65,8 +66,9 @@ def create_app(config: AppConfig, engine: AsrEngine | EnginePlan, turn_model: Tu
     scheduler = InferenceScheduler(engine, workers=config.asr.workers, max_batch=config.asr.max_batch,
                                    tracer=tracer, observer=observe_decode, fifo=config.asr.naive,
                                    interim_budget_ms=config.asr.interim_queue_budget_ms or None)
+    vad_batch = build_vad_batch(config.vad)
     state = ServiceState(config=config, engine=engine, scheduler=scheduler, turn_model=turn_model,
-                         metrics=metrics, tracer=tracer, log_buffer=log_buffer)
+                         vad_batch=vad_batch, metrics=metrics, tracer=tracer, log_buffer=log_buffer)
     metrics.model_load.set(load_seconds)
     metrics.bind(
         queue_depth=lambda: scheduler.queue_depth,
@@ -79,6 +81,8 @@ def create_app(config: AppConfig, engine: AsrEngine | EnginePlan, turn_model: Tu
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         scheduler.start()
+        if vad_batch is not None:
+            vad_batch.start()
         if writer is not None:
             writer.start()
         warm = asyncio.create_task(_load_and_warm_up(state, plan, load_seconds))
@@ -91,6 +95,8 @@ def create_app(config: AppConfig, engine: AsrEngine | EnginePlan, turn_model: Tu
             await asyncio.to_thread(shared_worker().close)  # the drained finals needed it; nothing does now
             if turn_model is not None:
                 turn_model.close()
+            if vad_batch is not None:
+                await asyncio.to_thread(vad_batch.stop, 2.0)
             if writer is not None:
                 writer.stop()
                 await asyncio.to_thread(writer.write_now)

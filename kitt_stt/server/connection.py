@@ -94,6 +94,7 @@ class Connection:
         self._closing = False  # the socket is going away: stop reading
         self._draining = False  # seats are being flushed: read and discard
         self._finishing: asyncio.Task[None] | None = None
+        self._heard_at = asyncio.get_running_loop().time()  # when the client last sent anything (idle timeout)
         self._aborting: asyncio.Task[None] | None = None
 
     # ----- outbound ----------------------------------------------------------------------------
@@ -154,12 +155,16 @@ class Connection:
         self._sender = asyncio.create_task(self._outbox.run(self._send_traced))
         self.send(self._ready_frame())
         self._reader = asyncio.create_task(self._receive_loop())
+        idle_s = self._config.server.idle_timeout_s
+        watch = asyncio.create_task(self._watch_idle(idle_s)) if idle_s else None
         try:
-            await asyncio.wait([self._reader])  # a slow consumer's close cancels the reader, not this
+            await asyncio.wait([self._reader])  # a slow consumer's close or an idle-out cancels the reader
             if not self._reader.cancelled() and (failure := self._reader.exception()) is not None:
                 raise failure
         finally:
             self._reader.cancel()
+            if watch is not None:
+                watch.cancel()
             await self._release()
 
     def _ready_frame(self) -> ReadyFrame:
@@ -176,8 +181,23 @@ class Connection:
             ),
         )
 
+    async def _watch_idle(self, idle_s: float) -> None:
+        """Idle out a session that sends nothing for ``idle_s`` (not while a drain owns it). One
+        timer per session that wakes once per ``idle_s``, not one armed and cancelled per message:
+        at 50 frames a second per seat that was a task and a timer for every frame."""
+        loop = asyncio.get_running_loop()
+        while not self._closing:
+            left = self._heard_at + idle_s - loop.time()
+            if left > 0 or self._draining:
+                await asyncio.sleep(left if left > 0 else idle_s)
+                continue
+            await self._idle_out(idle_s)
+            if self._reader is not None:
+                self._reader.cancel()
+            return
+
     async def _receive_loop(self) -> None:
-        idle_s = self._config.server.idle_timeout_s or None
+        loop = asyncio.get_running_loop()
         while not self._closing:
             # Reading slower than a flooding client sends lets TCP push back on it: its messages
             # wait in its own socket buffers instead of taking the event loop from everyone else.
@@ -185,12 +205,8 @@ class Connection:
             if pause > 0:
                 await asyncio.sleep(pause)
             try:
-                message = await asyncio.wait_for(self._ws.receive(), None if self._draining else idle_s)
-            except asyncio.TimeoutError:  # not the builtin on 3.10
-                if self._draining:
-                    continue  # the timer was armed before a drain began; the drain owns the session now
-                await self._idle_out(idle_s or 0.0)
-                return
+                message = await self._ws.receive()
+                self._heard_at = loop.time()
             except WebSocketDisconnect:
                 return
             except RuntimeError as exc:  # the socket in a state it should not be in: worth knowing

@@ -71,7 +71,7 @@ class Seats:
             scheduler=self._state.scheduler, policy=self._policy(), emit=self._emit, owner=self._owner,
             turn_model=self._state.turn_model,
             observe=SeatObservers(self._tracer, track, self._session_id, self._metrics),
-            admission=self._admission,
+            admission=self._admission, vad_batch=self._state.vad_batch,
         )
         self._pipelines[name] = seat
         self._limiters[name] = AudioRateLimiter(self._config.server.rate_limit)

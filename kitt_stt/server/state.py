@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from kitt_stt.asr.engine import AsrEngine, DecodeOptions
+from kitt_stt.audio.silero_batch import SileroBatcher
 from kitt_stt.config.schema import AppConfig
 from kitt_stt.hotwords import parse_hotwords
 from kitt_stt.observability.logbuffer import RecentLogBuffer
@@ -43,6 +44,7 @@ class ServiceState:
     engine: AsrEngine
     scheduler: InferenceScheduler
     turn_model: TurnModelRunner | None = None
+    vad_batch: SileroBatcher | None = None  # Silero's batch thread (vad.batch), shared by every seat
     metrics: Metrics = field(default_factory=Metrics)
     tracer: Tracer | None = None
     log_buffer: RecentLogBuffer | None = None
@@ -57,9 +59,10 @@ class ServiceState:
 
     @property
     def failure(self) -> str | None:
-        """Why this process cannot serve and should be restarted: a dead decode worker or a failed
-        engine build."""
-        return self.scheduler.failure or self.load_error
+        """Why this process cannot serve and should be restarted: a dead decode worker, a failed
+        engine build or a failed VAD batch run."""
+        vad_failure = self.vad_batch.failure if self.vad_batch is not None else None
+        return self.scheduler.failure or self.load_error or vad_failure
 
     @property
     def serving(self) -> bool:
