@@ -182,8 +182,7 @@ class SeatPipeline:
         segment.end_ms = event.end_ms
         segment.end_reason = event.reason.value
         segment.ended_at = time.perf_counter()
-        self._segment = None
-        self._segment_turn = None
+        self._segment = self._segment_turn = None
         self._decoder.finish(segment, turn)
         self._predictor.at_segment_end(segment, turn)
         tracer = self._observe.tracer
@@ -206,6 +205,5 @@ class SeatPipeline:
         self._predictor.close()
         self._turns.close()
         self._feed.close()
-        self._segment = None
-        self._segment_turn = None
+        self._segment = self._segment_turn = None
         self._carry = np.zeros(0, dtype=np.int16)
