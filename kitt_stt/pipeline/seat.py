@@ -28,6 +28,7 @@ from kitt_stt.audio.vad import FRAME_SAMPLES, EndReason, SpeechAudio, SpeechEnde
 from kitt_stt.config.schema import AppConfig
 from kitt_stt.observability.trace import Track
 from kitt_stt.pipeline.admission import Admission
+from kitt_stt.pipeline.arbitration import SeatGate
 from kitt_stt.pipeline.eot import CommitReason, EotPolicy
 from kitt_stt.pipeline.observers import SeatObservers
 from kitt_stt.pipeline.rate_limit import Throttle
@@ -58,6 +59,7 @@ class SeatPipeline:
         turn_model: TurnModelRunner | None = None,
         observe: SeatObservers | None = None,
         admission: Admission | None = None,
+        gate: SeatGate | None = None,
     ) -> None:
         self.seat = seat
         self._settings = settings
@@ -67,6 +69,8 @@ class SeatPipeline:
         self._refusals = Throttle()  # one error a second per seat, not one per refused frame
         self._observe = observe or SeatObservers(None, Track(0, 0), "")
         self._vad = VadSegmenter(config.vad)
+        self._gate = gate or SeatGate(seat)  # seat arbitration holds or drops its segments (arbitration.py)
+        self._clock_ms = 0  # the audio clock of the event being handled (a held event's, when released)
         self._tasks = SeatTasks(seat)
         self._turns = TurnTracker(seat, policy, emit, finals_done=lambda: self._decoder.final_chain,
                                   max_duration_ms=config.turn.max_duration_ms,
@@ -96,6 +100,7 @@ class SeatPipeline:
         for offset in range(0, whole, FRAME_SAMPLES):
             frame = samples[offset : offset + FRAME_SAMPLES]
             self._predictor.hear(frame)
+            self._gate.hear(frame)
             self._handle(self._vad.process(frame))
         self._carry = samples[whole:].copy()
 
@@ -103,6 +108,7 @@ class SeatPipeline:
         """Audio that arrived but was dropped (rate limit): it keeps the seat's clock on the
         client's, and the end-of-turn ring hears it as silence, but no segment contains it."""
         self._vad.skip(samples)
+        self._gate.skip(samples)
         self._predictor.hear_silence(samples)
 
     def client_vad(self, event: str) -> None:
@@ -119,7 +125,8 @@ class SeatPipeline:
     # ----- VAD events --------------------------------------------------------------------------
 
     def _handle(self, events: list[VadEvent]) -> None:
-        for event in events:
+        for event, clock_ms in self._gate.admit(events, self._vad.audio_ms):
+            self._clock_ms = clock_ms
             if isinstance(event, SpeechAudio):
                 self._on_audio(event.samples, event.voiced)
             elif isinstance(event, SpeechStarted):
@@ -140,7 +147,7 @@ class SeatPipeline:
         segment = Segment(segment_id=self._next_segment_id, start_ms=event.audio_ms,
                           options=settings.decode_options(), interim_enabled=settings.interim,
                           chunks=self._decoder.new_chunks(self._vad.decision_lag_samples),
-                          origin_ms=self._vad.audio_ms - event.preroll.shape[0] // 16)
+                          origin_ms=self._clock_ms - event.preroll.shape[0] // 16)
         self._next_segment_id += 1
         segment.buffer.append(event.preroll)
         self._segment = segment
@@ -161,7 +168,7 @@ class SeatPipeline:
         cut = segment.chunks.boundary_after(voiced, segment.buffer.view())
         if segment.chunks.pause_reached:  # in case the pause ends the segment
             self._predictor.at_pause(segment, self._segment_turn)
-        self._decoder.after_audio(segment, self._segment_turn, cut, self._vad.audio_ms)
+        self._decoder.after_audio(segment, self._segment_turn, cut, self._clock_ms)
 
     def _on_end(self, event: SpeechEnded) -> None:
         segment, turn = self._segment, self._segment_turn
@@ -187,7 +194,8 @@ class SeatPipeline:
     @property
     def buffered_bytes(self) -> int:
         open_bytes = self._segment.buffer.nbytes if self._segment is not None else 0
-        return open_bytes + self._predictor.nbytes + self._vad.buffered_bytes + self._carry.nbytes
+        return (open_bytes + self._predictor.nbytes + self._vad.buffered_bytes + self._carry.nbytes
+                + self._gate.nbytes)
 
     def close(self) -> None:
         """Release everything this seat holds; pending decodes are cancelled by the connection."""
@@ -195,6 +203,7 @@ class SeatPipeline:
         self._predictor.close()
         self._turns.close()
         self._vad.reset()
+        self._gate.reset()
         self._segment = None
         self._segment_turn = None
         self._carry = np.zeros(0, dtype=np.int16)

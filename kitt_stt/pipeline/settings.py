@@ -28,11 +28,12 @@ class SessionSettings:
     # language step reads (asr.whisper.language_window_ms)
     decide_samples: int = DEFAULT_MIN_SAMPLES
     words: bool = False  # final.words and confidence (asr.words, or the session's own)
+    bleed: bool = False  # send `bleed` frames for segments seat arbitration drops (vad.bleed_events)
 
     def updated(self, *, language: str | None = None, interim: bool | None = None,
                 hotwords: tuple[Hotword, ...] | None = None, eager: bool | None = None,
                 stage: TextStage | None = None, languages: tuple[str, ...] | None = None,
-                words: bool | None = None) -> SessionSettings:
+                words: bool | None = None, bleed: bool | None = None) -> SessionSettings:
         return replace(
             self,
             language=self.language if language is None else language,
@@ -42,6 +43,7 @@ class SessionSettings:
             eager=self.eager if eager is None else eager,
             stage=self.stage if stage is None else stage,
             words=self.words if words is None else words,
+            bleed=self.bleed if bleed is None else bleed,
         )
 
     def decode_hotwords(self) -> tuple[Hotword, ...]:
