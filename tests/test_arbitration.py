@@ -202,3 +202,14 @@ async def test_two_different_voices_both_get_finals_through_a_real_server(server
     assert [f["text"] for f in of_type(frames, "final", "driver")] == ["打开车门"]
     assert [f["text"] for f in of_type(frames, "final", "passenger")] == ["ABCDEF"]
     assert of_type(frames, "bleed") == []
+
+
+async def test_a_session_that_streams_copies_on_purpose_turns_arbitration_off(server) -> None:
+    speech = tone_pcm("关车窗", tail_ms=900)
+    async with connect(server.url) as session:
+        await session.start(seats=["driver", "passenger"], arbitration=False, bleed=True)
+        await stream_seats(session, {"driver": speech, "passenger": bleed_of(speech, 2.0, -6.0)})
+        frames = await collect_until(session, lambda fs: {c["seat"] for c in commits(fs)} == {"driver", "passenger"},
+                                     timeout=15)
+    assert {(c["seat"], c["text"]) for c in commits(frames)} == {("driver", "关车窗"), ("passenger", "关车窗")}
+    assert of_type(frames, "bleed") == []

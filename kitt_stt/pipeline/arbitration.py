@@ -37,9 +37,10 @@ from kitt_stt.config.schema import VadConfig
 MAX_DELAY_SAMPLES = SAMPLE_RATE // 100  # 10 ms: how much later a bleeding seat may hear the voice
 MIN_OVERLAP_SAMPLES = SAMPLE_RATE * 60 // 1000  # less speech than this in common decides nothing
 TIE_DB = 1.0  # copies this close in level: the seat that joined the connection first keeps the segment
-RING_SAMPLES = SAMPLE_RATE * 3  # raw audio kept per seat: a held segment's speech plus the delay
+RING_SAMPLES = SAMPLE_RATE  # raw audio kept per seat: a held segment's speech, the delay, a pre-roll
 REOPEN_PREROLL_SAMPLES = SAMPLE_RATE // 10  # audio before the window a reopened segment starts with
 REOPEN_VOICED = 0.8  # ... and only if this much of the window was voiced (own speech, not a fading tail)
+REOPEN_LEVEL = 0.5  # ... and at least this much of the dropped speech's power (-3 dB): own speech is louder
 _EMPHASIS = 0.95  # pre-emphasis before comparing: road rumble (below ~200 Hz) must not look alike
 
 
@@ -55,6 +56,13 @@ class Comparison:
 def _emphasised(samples: np.ndarray) -> np.ndarray:
     audio = samples.astype(np.float64)
     return audio[1:] - _EMPHASIS * audio[:-1]
+
+
+def _power(samples: np.ndarray | None) -> float:
+    if samples is None or samples.shape[0] < 2:
+        return 0.0
+    emphasised = _emphasised(samples)
+    return float(np.dot(emphasised, emphasised)) / emphasised.shape[0]
 
 
 def compare(mine: np.ndarray, other: np.ndarray, max_delay: int = MAX_DELAY_SAMPLES) -> Comparison | None:
@@ -113,8 +121,9 @@ class Arbiter:
     """The seats of one connection, for arbitration; ``on_decision`` hears every verdict
     (the connection counts them and tells sessions that asked about dropped segments)."""
 
-    def __init__(self, config: VadConfig, on_decision: Callable[[Dropped | None], None] = lambda _: None) -> None:
-        self._enabled = config.arbitration
+    def __init__(self, config: VadConfig, on_decision: Callable[[Dropped | None], None] = lambda _: None,
+                 enabled: Callable[[], bool] | None = None) -> None:
+        self._enabled = enabled or (lambda: config.arbitration)  # the session's setting (vad.arbitration its default)
         self._window_samples = config.arbitration_window_ms * SAMPLE_RATE // 1000
         self._min_correlation = config.arbitration_correlation
         self._on_decision = on_decision
@@ -128,7 +137,7 @@ class Arbiter:
 
     @property
     def active(self) -> bool:
-        return self._enabled and len(self._gates) > 1
+        return len(self._gates) > 1 and self._enabled()
 
     @property
     def window_samples(self) -> int:
@@ -203,12 +212,14 @@ class SeatGate:
         self._arbiter = arbiter
         self._ring = np.zeros(RING_SAMPLES, dtype=np.int16)
         self._heard = 0  # samples on this seat's clock so far (the ring holds the last RING_SAMPLES)
+        self._kept_from = 0  # the ring holds every sample heard since this one
         self._held: list[tuple[VadEvent, int]] = []
         self._speech_from = 0  # the held segment's speech start, in samples
         self._opened_at = 0  # the clock when the VAD opened it, in samples
         self._dropping = False
         self._voiced_since_look = 0  # while dropping: voiced frames since the last look ...
         self._frames_since_look = 0  # ... of these
+        self._dropped_level = 0.0  # the dropped speech's power (pre-emphasised)
 
     @property
     def nbytes(self) -> int:
@@ -219,6 +230,10 @@ class SeatGate:
         if self._arbiter is None:
             return
         size = frame.shape[0]
+        if not self._arbiter.active:  # one seat: nothing to compare with, so nothing is copied
+            self._heard += size
+            self._kept_from = self._heard
+            return
         position = self._heard % RING_SAMPLES
         first = min(size, RING_SAMPLES - position)
         self._ring[position : position + first] = frame[:first]
@@ -229,14 +244,14 @@ class SeatGate:
         """Audio dropped before the VAD (rate limit): on the clock, as silence."""
         if self._arbiter is None:
             return
-        self.hear(np.zeros(min(samples, RING_SAMPLES), dtype=np.int16))
         self._heard += max(0, samples - RING_SAMPLES)
+        self.hear(np.zeros(min(samples, RING_SAMPLES), dtype=np.int16))
 
     def audio(self, start: int, end: int) -> np.ndarray | None:
         """Samples [start, end) of this seat's clock, cut at what was heard so far; None when
         ``start`` is not (or no longer) kept, since a span that begins elsewhere would not align."""
         end = min(end, self._heard)
-        if start < max(0, self._heard - RING_SAMPLES) or end <= start:
+        if start < max(self._kept_from, self._heard - RING_SAMPLES) or end <= start:
             return None
         return self._ring[np.arange(start, end) % RING_SAMPLES]
 
@@ -281,6 +296,7 @@ class SeatGate:
         if not verdict.dropped:
             return held
         self._dropping = not ended
+        self._dropped_level = _power(self.audio(self._speech_from, self._heard))
         self._opened_at = self._heard  # the next look at it is a window later
         self._voiced_since_look = self._frames_since_look = 0
         return []
@@ -296,6 +312,8 @@ class SeatGate:
             self._voiced_since_look >= REOPEN_VOICED * self._frames_since_look, 0, 0)
         if not voiced:  # the speech is fading (the segment's silence hang): nothing of its own began
             return []
+        if _power(self.audio(self._heard - window, self._heard)) < REOPEN_LEVEL * self._dropped_level:
+            return []  # quieter than the bleed it dropped: a pause, a tail or the noise, not a new voice
         verdict = self._arbiter.judge(self, self._heard - window, self._heard)
         if verdict.dropped:
             return []

@@ -100,6 +100,7 @@ class StartFrame(ClientFrame):
     text: TextFields | None = None
     words: StrictBool | None = None
     bleed: StrictBool | None = None
+    arbitration: StrictBool | None = None
 
 
 class AudioFrame(ClientFrame):
@@ -132,6 +133,7 @@ class ConfigureFrame(ClientFrame):
     text: TextFields | None = None
     words: StrictBool | None = None
     bleed: StrictBool | None = None
+    arbitration: StrictBool | None = None
 
 
 class PingFrame(ClientFrame):

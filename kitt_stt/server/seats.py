@@ -45,7 +45,7 @@ class Seats:
         self._metrics: Metrics = state.metrics
         self._pipelines: dict[str, SeatPipeline] = {}
         self._limiters: dict[str, AudioRateLimiter] = {}
-        self._arbiter = Arbiter(self._config.vad, self._on_arbitration)
+        self._arbiter = Arbiter(self._config.vad, self._on_arbitration, enabled=lambda: self._settings().arbitration)
 
     def __iter__(self) -> Iterator[SeatPipeline]:
         return iter(list(self._pipelines.values()))
