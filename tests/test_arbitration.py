@@ -213,3 +213,27 @@ async def test_a_session_that_streams_copies_on_purpose_turns_arbitration_off(se
                                      timeout=15)
     assert {(c["seat"], c["text"]) for c in commits(frames)} == {("driver", "关车窗"), ("passenger", "关车窗")}
     assert of_type(frames, "bleed") == []
+
+
+def test_a_seat_that_spoke_earlier_is_not_compared_with_a_seat_speaking_now() -> None:
+    """Seats are compared by their audio clocks: one that streamed its speech and stopped holds the
+    same audio at the same clock positions as a seat that now streams the same words, but not at the
+    same moment, so the later seat keeps its segment."""
+    speech = level(HUMAN)
+    onset = int(np.argmax(np.abs(speech) > 300))
+    voice = np.concatenate([np.zeros(300 * 16), speech[onset : onset + 900 * 16]])  # short: still in the ring
+    verdicts: list[Dropped | None] = []
+    arbiter = Arbiter(VadConfig(), verdicts.append)
+    first, second = (VadSegmenter(VadConfig()), arbiter.gate("first")), (VadSegmenter(VadConfig()),
+                                                                          arbiter.gate("second"))
+    pcm = voice.astype(np.int16)
+    admitted: list[VadEvent] = []
+    for vad, gate in (first, second):  # one after the other, as a client that streams seat by seat
+        for offset in range(0, pcm.shape[0] - FRAME_SAMPLES + 1, FRAME_SAMPLES):
+            frame = pcm[offset : offset + FRAME_SAMPLES]
+            gate.hear(frame)
+            events = vad.process(frame)
+            if gate.seat == "second":
+                admitted += [event for event, _ in gate.admit(events, vad.audio_ms)]
+    assert starts(admitted) and verdicts and all(verdict is None for verdict in verdicts)
+

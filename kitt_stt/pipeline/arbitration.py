@@ -37,6 +37,7 @@ from kitt_stt.config.schema import VadConfig
 MAX_DELAY_SAMPLES = SAMPLE_RATE // 100  # 10 ms: how much later a bleeding seat may hear the voice
 MIN_OVERLAP_SAMPLES = SAMPLE_RATE * 60 // 1000  # less speech than this in common decides nothing
 TIE_DB = 1.0  # copies this close in level: the seat that joined the connection first keeps the segment
+MAX_SKEW_SAMPLES = SAMPLE_RATE * 3 // 10  # seats whose clocks differ by more than 300 ms are not streaming together
 RING_SAMPLES = SAMPLE_RATE  # raw audio kept per seat: a held segment's speech, the delay, a pre-roll
 REOPEN_PREROLL_SAMPLES = SAMPLE_RATE // 10  # audio before the window a reopened segment starts with
 REOPEN_VOICED = 0.8  # ... and only if this much of the window was voiced (own speech, not a fading tail)
@@ -153,8 +154,8 @@ class Arbiter:
         verdict = Verdict(None)
         louder_ones: list[tuple[str, np.ndarray, Comparison]] = []
         for other_rank, other in enumerate(self._gates):
-            if other is gate:
-                continue
+            if other is gate or abs(other.heard - gate.heard) > MAX_SKEW_SAMPLES:
+                continue  # a seat that stopped streaming or began late: the same clock is not the same moment
             theirs = other.audio(start - MAX_DELAY_SAMPLES, end)
             comparison = None if theirs is None else compare(mine, theirs)
             if theirs is None or comparison is None:
@@ -220,6 +221,11 @@ class SeatGate:
         self._voiced_since_look = 0  # while dropping: voiced frames since the last look ...
         self._frames_since_look = 0  # ... of these
         self._dropped_level = 0.0  # the dropped speech's power (pre-emphasised)
+
+    @property
+    def heard(self) -> int:
+        """Samples on this seat's clock so far."""
+        return self._heard
 
     @property
     def nbytes(self) -> int:
