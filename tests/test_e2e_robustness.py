@@ -42,7 +42,8 @@ async def receive_all(session: SttSession, into: list[dict[str, Any]]) -> None:
 async def test_sigterm_while_clients_keep_streaming_loses_nothing(tmp_path, model_cache) -> None:
     speech = tone_pcm("打开车门打开车门打开车门打开车门", lead_ms=200, tail_ms=0)
     seats = {0: ["driver", "passenger"], 1: ["rear left", "rear right"]}
-    with run_server(tmp_path, model_cache, {"vad": {"silence_ms": 2000}}) as doomed:
+    # the same speech on every seat is one voice to seat arbitration: off, every seat must decode here
+    with run_server(tmp_path, model_cache, {"vad": {"silence_ms": 2000, "arbitration": False}}) as doomed:
         async with connect(doomed.url) as first, connect(doomed.url) as second:
             sessions = [first, second]
             received: list[list[dict[str, Any]]] = [[], []]

@@ -92,7 +92,8 @@ async def test_interims_over_a_real_server_with_slow_decodes(tmp_path, model_cac
     speech = paused_speech()
     with run_server(tmp_path, model_cache, CONFIG, module="tests.slow_decode_server") as server:
         async with connect(server.url) as session:
-            await session.start(interim=True)
+            # the same speech on every seat at once is one voice to seat arbitration: off, each seat decodes
+            await session.start(interim=True, arbitration=False)
             await asyncio.gather(*(send_pcm(session, speech, seat=seat, realtime_factor=1.0) for seat in SEATS))
             frames = await collect_until(session, lambda fs: len(commits(fs)) == len(SEATS), timeout=30)
     for seat in SEATS:

@@ -176,6 +176,7 @@ async def test_a_real_server_normalises_in_its_worker_process_in_order(tmp_path,
     seats = ("driver", "passenger")
     with run_server(tmp_path, model_cache, CONFIG, module="tests.number_words_server") as server:
         async with connect(server.url) as session:
+            await session.start(arbitration=False)  # the same speech on both seats: each must decode it
             await asyncio.gather(*(send_pcm(session, one_turn_two_segments(), seat=seat, realtime_factor=1.0)
                                    for seat in seats))
             frames = await collect_until(session, lambda fs: len(commits(fs)) == len(seats), timeout=30)

@@ -148,6 +148,12 @@ class VadConfig(Section):
     silence_ms: int = Field(default=200, ge=60)
     preroll_ms: int = Field(default=300, ge=0, le=2000)
     max_segment_ms: int = Field(default=30_000, ge=1000)
+    # seat arbitration (kitt_stt/pipeline/arbitration.py): on connections with more than one seat, a
+    # segment that is another seat's voice, weaker and 0-10 ms later, is dropped before decoding
+    arbitration: bool = True
+    arbitration_window_ms: int = Field(default=240, ge=0, le=2000)  # speech a new segment is held for
+    arbitration_correlation: float = Field(default=0.6, gt=0.0, le=1.0)  # this alike counts as the same voice
+    bleed_events: bool = False  # every session gets `bleed` frames (a session asks with `bleed: true`)
 
 
 class InterimConfig(Section):

@@ -42,6 +42,9 @@ class Metrics:
         self.eot_latency = Histogram("kitt_eot_latency_seconds", "End of speech to commit (decision wait_ms)",
                                      buckets=LATENCY_BUCKETS, registry=registry)
         self.commits = Counter("kitt_commits_total", "Turn commits", ["reason"], registry=registry)
+        self.arbitration = Counter("kitt_arbitration_segments_total",
+                                   "Segments seat arbitration judged on multi-seat connections", ["outcome"],
+                                   registry=registry)
         self.errors = Counter("kitt_errors_total", "Error frames sent", ["code"], registry=registry)
         self.slow_consumers = Counter("kitt_slow_consumers_total",
                                       "Sessions closed because the client did not read its frames", ["reason"],

@@ -29,6 +29,7 @@ from kitt_stt.audio.vad import FRAME_SAMPLES, EndReason, SpeechAudio, SpeechEnde
 from kitt_stt.config.schema import AppConfig
 from kitt_stt.observability.trace import Track
 from kitt_stt.pipeline.admission import Admission
+from kitt_stt.pipeline.arbitration import SeatGate
 from kitt_stt.pipeline.eot import CommitReason, EotPolicy
 from kitt_stt.pipeline.observers import SeatObservers
 from kitt_stt.pipeline.rate_limit import Throttle
@@ -61,6 +62,7 @@ class SeatPipeline:
         observe: SeatObservers | None = None,
         admission: Admission | None = None,
         vad_batch: SileroBatcher | None = None,
+        gate: SeatGate | None = None,
     ) -> None:
         self.seat = seat
         self._settings = settings
@@ -71,6 +73,8 @@ class SeatPipeline:
         self._observe = observe or SeatObservers(None, Track(0, 0), "")
         self._feed = VadFeed(config.vad, self._on_frame, vad_batch)
         self._vad = self._feed.segmenter
+        self._gate = gate or SeatGate(seat)  # seat arbitration holds or drops its segments (arbitration.py)
+        self._clock_ms = 0  # the audio clock of the event being handled (a held event's, when released)
         self._tasks = SeatTasks(seat)
         self._turns = TurnTracker(seat, policy, emit, finals_done=lambda: self._decoder.final_chain,
                                   max_duration_ms=config.turn.max_duration_ms,
@@ -99,7 +103,9 @@ class SeatPipeline:
             samples = np.concatenate([self._carry, samples])
         whole = samples.shape[0] - samples.shape[0] % FRAME_SAMPLES
         for offset in range(0, whole, FRAME_SAMPLES):
-            self._feed.frame(samples[offset : offset + FRAME_SAMPLES])
+            frame = samples[offset : offset + FRAME_SAMPLES]
+            self._gate.hear(frame)  # the raw audio, as it arrives, for the other seats' comparisons
+            self._feed.frame(frame)
         self._carry = samples[whole:].copy()
 
     def _on_frame(self, frame: np.ndarray, events: list[VadEvent]) -> None:
@@ -109,6 +115,7 @@ class SeatPipeline:
     def skip_audio(self, samples: int) -> None:
         """Audio that arrived but was dropped (rate limit): it keeps the seat's clock on the
         client's, and the end-of-turn ring hears it as silence, but no segment contains it."""
+        self._gate.skip(samples)  # as it arrives, like the audio it hears
         self._feed.after(lambda: self._skip_now(samples))
 
     def _skip_now(self, samples: int) -> None:
@@ -130,7 +137,8 @@ class SeatPipeline:
     # ----- VAD events --------------------------------------------------------------------------
 
     def _handle(self, events: list[VadEvent]) -> None:
-        for event in events:
+        for event, clock_ms in self._gate.admit(events, self._vad.audio_ms):
+            self._clock_ms = clock_ms
             if isinstance(event, SpeechAudio):
                 self._on_audio(event.samples, event.voiced)
             elif isinstance(event, SpeechStarted):
@@ -151,7 +159,7 @@ class SeatPipeline:
         segment = Segment(segment_id=self._next_segment_id, start_ms=event.audio_ms,
                           options=settings.decode_options(), interim_enabled=settings.interim,
                           chunks=self._decoder.new_chunks(self._vad.decision_lag_samples),
-                          origin_ms=self._vad.audio_ms - event.preroll.shape[0] // 16)
+                          origin_ms=self._clock_ms - event.preroll.shape[0] // 16)
         self._next_segment_id += 1
         segment.buffer.append(event.preroll)
         self._segment = segment
@@ -172,7 +180,7 @@ class SeatPipeline:
         cut = segment.chunks.boundary_after(voiced, segment.buffer.view())
         if segment.chunks.pause_reached:  # in case the pause ends the segment
             self._predictor.at_pause(segment, self._segment_turn)
-        self._decoder.after_audio(segment, self._segment_turn, cut, self._vad.audio_ms)
+        self._decoder.after_audio(segment, self._segment_turn, cut, self._clock_ms)
 
     def _on_end(self, event: SpeechEnded) -> None:
         segment, turn = self._segment, self._segment_turn
@@ -197,7 +205,8 @@ class SeatPipeline:
     @property
     def buffered_bytes(self) -> int:
         open_bytes = self._segment.buffer.nbytes if self._segment is not None else 0
-        return open_bytes + self._predictor.nbytes + self._feed.nbytes + self._carry.nbytes
+        return (open_bytes + self._predictor.nbytes + self._feed.nbytes + self._carry.nbytes
+                + self._gate.nbytes)
 
     def close(self) -> None:
         """Release everything this seat holds; pending decodes are cancelled by the connection."""
@@ -205,5 +214,6 @@ class SeatPipeline:
         self._predictor.close()
         self._turns.close()
         self._feed.close()
+        self._gate.reset()
         self._segment = self._segment_turn = None
         self._carry = np.zeros(0, dtype=np.int16)

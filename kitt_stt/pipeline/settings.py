@@ -29,11 +29,14 @@ class SessionSettings:
     decide_samples: int = DEFAULT_MIN_SAMPLES
     words: bool = False  # final.words and confidence (asr.words, or the session's own)
     turn_ends: bool = False  # filtered (empty, wake_only) for turns that end without a commit
+    bleed: bool = False  # send `bleed` frames for segments seat arbitration drops (vad.bleed_events)
+    arbitration: bool = True  # seat arbitration for this session (vad.arbitration): a rig streaming copies opts out
 
     def updated(self, *, language: str | None = None, interim: bool | None = None,
                 hotwords: tuple[Hotword, ...] | None = None, eager: bool | None = None,
                 stage: TextStage | None = None, languages: tuple[str, ...] | None = None,
-                words: bool | None = None, turn_ends: bool | None = None) -> SessionSettings:
+                words: bool | None = None, turn_ends: bool | None = None, bleed: bool | None = None,
+                arbitration: bool | None = None) -> SessionSettings:
         return replace(
             self,
             language=self.language if language is None else language,
@@ -44,6 +47,8 @@ class SessionSettings:
             stage=self.stage if stage is None else stage,
             words=self.words if words is None else words,
             turn_ends=self.turn_ends if turn_ends is None else turn_ends,
+            bleed=self.bleed if bleed is None else bleed,
+            arbitration=self.arbitration if arbitration is None else arbitration,
         )
 
     def decode_hotwords(self) -> tuple[Hotword, ...]:

@@ -102,6 +102,8 @@ class StartFrame(ClientFrame):
     text: TextFields | None = None
     words: StrictBool | None = None
     turn_ends: StrictBool | None = None
+    bleed: StrictBool | None = None
+    arbitration: StrictBool | None = None
 
 
 class AudioFrame(ClientFrame):
@@ -134,6 +136,8 @@ class ConfigureFrame(ClientFrame):
     text: TextFields | None = None
     words: StrictBool | None = None
     turn_ends: StrictBool | None = None
+    bleed: StrictBool | None = None
+    arbitration: StrictBool | None = None
 
 
 class PingFrame(ClientFrame):
@@ -330,6 +334,20 @@ class TurnResumedFrame(ServerFrame):
     type: Literal["turn_resumed"] = "turn_resumed"
     seat: str
     turn_id: int
+
+
+class BleedFrame(ServerFrame):
+    """A segment of ``seat`` was dropped before decoding: it was ``source``'s voice, heard weaker
+    and later (seat arbitration, ``vad.arbitration``). Sent only to sessions that ask (``bleed``)."""
+
+    type: Literal["bleed"] = "bleed"
+    seat: str
+    source: str
+    start_ms: int  # the dropped speech's start on the seat's clock
+    audio_ms: int  # when it was decided
+    correlation: float
+    level_db: float  # the seat's level relative to ``source``'s (negative: weaker)
+    delay_ms: float  # how much later the seat heard it
 
 
 class ErrorFrame(ServerFrame):

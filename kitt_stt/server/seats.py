@@ -15,13 +15,14 @@ import numpy as np
 from kitt_stt.observability.metrics import Metrics
 from kitt_stt.observability.trace import Tracer, Track
 from kitt_stt.pipeline.admission import Admission
+from kitt_stt.pipeline.arbitration import Arbiter, Dropped
 from kitt_stt.pipeline.eot import EotPolicy
 from kitt_stt.pipeline.observers import SeatObservers
 from kitt_stt.pipeline.rate_limit import AudioRateLimiter
 from kitt_stt.pipeline.seat import SeatPipeline
 from kitt_stt.pipeline.settings import SessionSettings
 from kitt_stt.protocol.errors import ErrorCode, ProtocolError
-from kitt_stt.protocol.frames import AudioFrame, ErrorFrame, ServerFrame
+from kitt_stt.protocol.frames import AudioFrame, BleedFrame, ErrorFrame, ServerFrame
 from kitt_stt.quote import quoted
 from kitt_stt.server.audio_checks import checked_pcm_bytes
 from kitt_stt.server.state import ServiceState
@@ -44,6 +45,7 @@ class Seats:
         self._metrics: Metrics = state.metrics
         self._pipelines: dict[str, SeatPipeline] = {}
         self._limiters: dict[str, AudioRateLimiter] = {}
+        self._arbiter = Arbiter(self._config.vad, self._on_arbitration, enabled=lambda: self._settings().arbitration)
 
     def __iter__(self) -> Iterator[SeatPipeline]:
         return iter(list(self._pipelines.values()))
@@ -71,7 +73,7 @@ class Seats:
             scheduler=self._state.scheduler, policy=self._policy(), emit=self._emit, owner=self._owner,
             turn_model=self._state.turn_model,
             observe=SeatObservers(self._tracer, track, self._session_id, self._metrics),
-            admission=self._admission, vad_batch=self._state.vad_batch,
+            admission=self._admission, vad_batch=self._state.vad_batch, gate=self._arbiter.gate(name),
         )
         self._pipelines[name] = seat
         self._limiters[name] = AudioRateLimiter(self._config.server.rate_limit)
@@ -99,6 +101,16 @@ class Seats:
             return
         self._metrics.audio_seconds.inc(size / 32000.0)
         seat.push_audio(np.frombuffer(frame.pcm, dtype="<i2"))
+
+    def _on_arbitration(self, dropped: Dropped | None) -> None:
+        """Count each verdict; tell a session that asked which segment was dropped, and why."""
+        self._metrics.arbitration.labels("kept" if dropped is None else "dropped").inc()
+        if dropped is None or not self._settings().bleed:
+            return
+        comparison = dropped.comparison
+        self._emit(BleedFrame(seat=dropped.seat, source=dropped.source, start_ms=dropped.start_ms,
+                              audio_ms=dropped.decided_ms, correlation=round(comparison.correlation, 4),
+                              level_db=round(-comparison.level_db, 2), delay_ms=round(comparison.delay_ms, 2)))
 
     def _emit_error(self, error: ProtocolError) -> None:
         self._emit(ErrorFrame(code=error.code.value, message=error.message, fatal=error.fatal, seat=error.seat))

@@ -37,7 +37,7 @@ class SessionUpdates:
             stage=TextStage(config.text, config.wake), switch_margin=asr.language_switch_margin,
             decide_samples=(config.vad.preroll_ms + asr.whisper.language_window_ms) * 16,
             languages=auto_languages(asr.auto_languages, engine.info.languages),
-            words=self._timed(asr.words),
+            words=self._timed(asr.words), bleed=config.vad.bleed_events, arbitration=config.vad.arbitration,
         )
         self._hotword_changes = HotwordChanges(config.server.hotword_changes, asr.hotwords,
                                                self.current.decode_hotwords(), biased=engine.info.hotwords)
@@ -56,7 +56,7 @@ class SessionUpdates:
         if frame.languages is not None:
             settings = settings.updated(languages=checked_languages(frame.languages, self._engine.info.languages))
         settings = settings.updated(words=None if frame.words is None else self._timed(frame.words),
-                                    turn_ends=frame.turn_ends)
+                                    turn_ends=frame.turn_ends, bleed=frame.bleed, arbitration=frame.arbitration)
         decoding = settings.decode_hotwords()  # wake phrases are hotwords too: charged once the frame is applied
         if self._hotword_changes.charge(decoding) and decoding:
             await self._prepare_hotwords(decoding)

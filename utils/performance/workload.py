@@ -130,6 +130,7 @@ async def run_connection(url: str, connection: int, seats: int, pcm: bytes, expe
     stop_times: dict[str, float] = {}
     done = {name: asyncio.Event() for name in names}
     async with connect(url) as session:
+        await session.start(arbitration=False)  # every seat speaks the same audio: a load, not one voice
 
         async def receive() -> None:
             while not all(event.is_set() for event in done.values()):
