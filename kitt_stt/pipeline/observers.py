@@ -7,6 +7,7 @@ from typing import Any
 
 from kitt_stt.observability.metrics import Metrics
 from kitt_stt.observability.trace import Tracer, Track
+from kitt_stt.pipeline.segment import Segment
 from kitt_stt.scheduler.jobs import TraceTag
 
 
@@ -27,3 +28,12 @@ class SeatObservers:
         if self.tracer is None:
             return None
         return TraceTag(self.track, self.ids(seat, segment_id))
+
+    def segment_span(self, seat: str, segment: Segment) -> None:
+        """The ended segment as a ``vad.segment`` span on the seat's track, when tracing is on."""
+        if self.tracer is None:
+            return
+        self.tracer.add("vad.segment", "vad", self.tracer.to_us(segment.started_at),
+                        int((segment.ended_at - segment.started_at) * 1e6), self.track,
+                        {**self.ids(seat, segment.segment_id), "end_reason": segment.end_reason,
+                         "start_ms": segment.start_ms, "end_ms": segment.end_ms})

@@ -9,9 +9,8 @@ end-of-turn model should run. Everything here runs on the event loop and never b
 Ordering guarantees of the protocol hold by construction:
 
 * ``speech_start`` is emitted synchronously when VAD opens the segment, before any decode;
-* an interim is emitted only while its segment is still open; the segment is closed
-  synchronously when it ends, and its final is emitted after that, so no interim can follow
-  its final;
+* an interim is emitted only while its segment is open; the segment closes synchronously when it
+  ends and its final comes after that, so no interim can follow its final;
 * finals are chained: each waits for the previous segment's final before it is emitted;
 * a commit is emitted only after the finals of its segments (see :mod:`.turn_tracker`).
 """
@@ -77,11 +76,10 @@ class SeatPipeline:
         self._clock_ms = 0  # the audio clock of the event being handled (a held event's, when released)
         self._tasks = SeatTasks(seat)
         self._turns = TurnTracker(seat, policy, emit, finals_done=lambda: self._decoder.final_chain,
-                                  max_duration_ms=config.turn.max_duration_ms,
+                                  max_duration_ms=config.turn.max_duration_ms, fallback_wait_ms=config.turn.wait_ms,
                                   commit_empty=config.turn.commit_empty, eager=lambda: settings().eager,
                                   turn_ends=lambda: settings().turn_ends,
-                                  look_for=lambda turn: self._predictor.look(turn),
-                                  fallback_wait_ms=config.turn.wait_ms)
+                                  look_for=lambda turn: self._predictor.look(turn))
         self._decoder = SegmentDecoder(seat, config, scheduler, owner, emit, self._turns, self._tasks,
                                        self._observe, admission)
         self._predictor = TurnPredictor(seat, turn_model, config.turn.context_ms, self._observe)
@@ -103,23 +101,22 @@ class SeatPipeline:
             samples = np.concatenate([self._carry, samples])
         whole = samples.shape[0] - samples.shape[0] % FRAME_SAMPLES
         for offset in range(0, whole, FRAME_SAMPLES):
-            frame = samples[offset : offset + FRAME_SAMPLES]
-            self._gate.hear(frame)  # the raw audio, as it arrives, for the other seats' comparisons
-            self._feed.frame(frame)
+            self._feed.frame(samples[offset : offset + FRAME_SAMPLES])
         self._carry = samples[whole:].copy()
 
     def _on_frame(self, frame: np.ndarray, events: list[VadEvent]) -> None:
         self._predictor.hear(frame)
+        self._gate.hear(frame)  # on the VAD's clock: the gate admits its events at the frame they came at
         self._handle(events)
 
     def skip_audio(self, samples: int) -> None:
         """Audio that arrived but was dropped (rate limit): it keeps the seat's clock on the
         client's, and the end-of-turn ring hears it as silence, but no segment contains it."""
-        self._gate.skip(samples)  # as it arrives, like the audio it hears
         self._feed.after(lambda: self._skip_now(samples))
 
     def _skip_now(self, samples: int) -> None:
         self._vad.skip(samples)
+        self._gate.skip(samples)
         self._predictor.hear_silence(samples)
 
     def client_vad(self, event: str) -> None:
@@ -193,20 +190,14 @@ class SeatPipeline:
         self._segment = self._segment_turn = None
         self._decoder.finish(segment, turn)
         self._predictor.at_segment_end(segment, turn)
-        tracer = self._observe.tracer
-        if tracer is not None:
-            tracer.add("vad.segment", "vad", tracer.to_us(segment.started_at),
-                       int((segment.ended_at - segment.started_at) * 1e6), self.track,
-                       {**self._observe.ids(self.seat, segment.segment_id), "end_reason": segment.end_reason,
-                        "start_ms": segment.start_ms, "end_ms": segment.end_ms})
+        self._observe.segment_span(self.seat, segment)
 
     # ----- lifecycle ---------------------------------------------------------------------------
 
     @property
     def buffered_bytes(self) -> int:
         open_bytes = self._segment.buffer.nbytes if self._segment is not None else 0
-        return (open_bytes + self._predictor.nbytes + self._feed.nbytes + self._carry.nbytes
-                + self._gate.nbytes)
+        return open_bytes + self._predictor.nbytes + self._feed.nbytes + self._carry.nbytes + self._gate.nbytes
 
     def close(self) -> None:
         """Release everything this seat holds; pending decodes are cancelled by the connection."""

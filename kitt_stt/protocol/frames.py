@@ -89,14 +89,14 @@ class TextFields(ClientFrame):
 Languages = Annotated[list[Language], Field(max_length=16)]  # what "auto" may detect; values checked by the session
 
 
-class StartFrame(ClientFrame):
-    type: Literal["start"]
+class SessionFields(ClientFrame):
+    """What ``start`` and ``configure`` both set (docs/protocol.md: ``configure`` takes these "as in
+    ``start``"), declared once so the two cannot drift apart."""
+
     language: Language | None = None
     languages: Languages | None = None
     hotwords: list[StrictStr] | None = None
     interim: StrictBool | None = None
-    seats: Annotated[list[Seat], Field(max_length=64)] | None = None
-    client: ClientId | None = None
     eager: StrictBool | None = None
     wake: WakeFields | None = None
     text: TextFields | None = None
@@ -104,6 +104,12 @@ class StartFrame(ClientFrame):
     turn_ends: StrictBool | None = None
     bleed: StrictBool | None = None
     arbitration: StrictBool | None = None
+
+
+class StartFrame(SessionFields):
+    type: Literal["start"]
+    seats: Annotated[list[Seat], Field(max_length=64)] | None = None
+    client: ClientId | None = None
 
 
 class AudioFrame(ClientFrame):
@@ -125,19 +131,8 @@ class FinalizeFrame(ClientFrame):
     seat: Seat | None = None
 
 
-class ConfigureFrame(ClientFrame):
+class ConfigureFrame(SessionFields):
     type: Literal["configure"]
-    hotwords: list[StrictStr] | None = None
-    language: Language | None = None
-    languages: Languages | None = None
-    interim: StrictBool | None = None
-    eager: StrictBool | None = None
-    wake: WakeFields | None = None
-    text: TextFields | None = None
-    words: StrictBool | None = None
-    turn_ends: StrictBool | None = None
-    bleed: StrictBool | None = None
-    arbitration: StrictBool | None = None
 
 
 class PingFrame(ClientFrame):
