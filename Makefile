@@ -127,7 +127,7 @@ locks:
 	UV=$(LOCKS_VENV)/bin/uv utils/lock_dev.sh
 
 ## Pin an overlay's (or your site's) image by digest after pushing it (docs/deployment.md):
-##   make pin-image OVERLAY=deployment/overlays/rtx4090 IMAGE=registry.example.com/kitt-stt:0.4.0-gpu
+##   make pin-image OVERLAY=deployment/overlays/rtx4090 IMAGE=registry.example.com/kitt-stt:0.5.0-gpu
 pin-image:
 	$(PYTHON) utils/pin_image.py $(OVERLAY) $(IMAGE) $(if $(DIGEST),--digest $(DIGEST))
 

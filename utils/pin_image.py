@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Pin a kustomization's kitt-stt image by digest, from the image as built and pushed.
 
-    python3 utils/pin_image.py deployment/overlays/rtx4090 registry.example.com/kitt-stt:0.4.0-gpu
-    python3 utils/pin_image.py site/ registry.example.com/kitt-stt:0.4.0-orin --digest sha256:<64 hex>
+    python3 utils/pin_image.py deployment/overlays/rtx4090 registry.example.com/kitt-stt:0.5.0-gpu
+    python3 utils/pin_image.py site/ registry.example.com/kitt-stt:0.5.0-orin --digest sha256:<64 hex>
 
-Why: the overlays name a tag (0.4.0-gpu, 0.4.0-orin) with imagePullPolicy IfNotPresent, and a tag
+Why: the overlays name a tag (0.5.0-gpu, 0.5.0-orin) with imagePullPolicy IfNotPresent, and a tag
 can be pushed again, so two nodes may run two builds under one name. With the digest in the
 kustomization's ``images:`` entry every node runs the same bytes (kustomize renders
 ``name:tag@sha256:...``; the tag stays for the reader, the runtime pulls by digest).
