@@ -44,10 +44,11 @@ def later(samples: np.ndarray, ms: float, db: float = 0.0, length: int | None = 
     return out
 
 
-def run_seats(config: VadConfig, microphones: dict[str, np.ndarray]) -> tuple[dict[str, list[VadEvent]],
-                                                                              dict[str, list[VadEvent]],
-                                                                              list[Dropped | None]]:
-    """Each seat's VAD events and those arbitration let through, frames interleaved seat by seat."""
+def run_seats(config: VadConfig, microphones: dict[str, np.ndarray],
+              frames_per_message: int = 1) -> tuple[dict[str, list[VadEvent]], dict[str, list[VadEvent]],
+                                                    list[Dropped | None]]:
+    """Each seat's VAD events and those arbitration let through, seat by seat ``frames_per_message``
+    frames at a time (a client sending 20 ms per seat and message by default)."""
     verdicts: list[Dropped | None] = []
     arbiter = Arbiter(config, verdicts.append)
     seats = {name: (VadSegmenter(config), arbiter.gate(name)) for name in microphones}
@@ -55,13 +56,15 @@ def run_seats(config: VadConfig, microphones: dict[str, np.ndarray]) -> tuple[di
     admitted: dict[str, list[VadEvent]] = {name: [] for name in microphones}
     length = min(mic.shape[0] for mic in microphones.values())
     pcm = {name: np.clip(mic, -32768, 32767).astype(np.int16) for name, mic in microphones.items()}
-    for offset in range(0, length - FRAME_SAMPLES + 1, FRAME_SAMPLES):
+    step = FRAME_SAMPLES * frames_per_message
+    for message in range(0, length - step + 1, step):
         for name, (vad, gate) in seats.items():
-            frame = pcm[name][offset : offset + FRAME_SAMPLES]
-            gate.hear(frame)
-            events = vad.process(frame)
-            heard[name] += events
-            admitted[name] += [event for event, _ in gate.admit(events, vad.audio_ms)]
+            for offset in range(message, message + step, FRAME_SAMPLES):
+                frame = pcm[name][offset : offset + FRAME_SAMPLES]
+                gate.hear(frame)
+                events = vad.process(frame)
+                heard[name] += events
+                admitted[name] += [event for event, _ in gate.admit(events, vad.audio_ms)]
     for name, (vad, gate) in seats.items():  # the end of the stream (a client's close) ends what is open
         events = vad.force_end(EndReason.STOP)
         heard[name] += events
@@ -99,6 +102,18 @@ def test_bleed_copy_is_dropped_and_the_speaking_seat_untouched() -> None:
         dropped = [verdict for verdict in verdicts if verdict is not None]
         assert {(d.seat, d.source) for d in dropped} == {("passenger", "driver")}
         assert all(abs(d.comparison.delay_ms - 2.0) < 0.1 and d.comparison.level_db > 5 for d in dropped)
+
+
+def test_bleed_is_dropped_when_the_bleeding_seats_audio_comes_a_message_ahead() -> None:
+    """A client sending 200 ms per seat and message, the bleeding seat's first (or a batch of
+    Silero decisions handed to one seat before the next): when its segment is judged, the loud seat
+    has not yet heard that stretch, so the verdict waits for it (it was judged on what little
+    overlapped, found nothing alike, and kept)."""
+    voice = padded(level(HUMAN))
+    mics = {"passenger": later(voice, 2.0, -6.0, voice.shape[0]), "driver": voice}
+    heard, admitted, _ = run_seats(VadConfig(), mics, frames_per_message=10)
+    assert starts(heard["passenger"]) and admitted["passenger"] == []
+    assert admitted["driver"] == heard["driver"] and starts(admitted["driver"])
 
 
 def test_weaker_and_later_bleed_in_four_seats_is_dropped_everywhere() -> None:

@@ -144,6 +144,15 @@ class Arbiter:
     def window_samples(self) -> int:
         return self._window_samples
 
+    def heard_by_all(self, gate: SeatGate) -> int:
+        """How far the seats streaming with ``gate`` have all heard, on its clock: a seat's audio can
+        come a message later than another's (a client sends each seat's 200 ms in turn, or the Silero
+        batch hands one seat its decisions before the next), and judging past that point compares
+        the segment with the little that overlaps and keeps bleed. A seat further behind than the
+        skew is not streaming with it and does not count."""
+        return min([gate.heard, *(other.heard for other in self._gates
+                                  if other is not gate and other.heard >= gate.heard - MAX_SKEW_SAMPLES)])
+
     def judge(self, gate: SeatGate, start: int, end: int) -> Verdict:
         """Whether ``gate``'s speech over samples [start, end) of its clock is another seat's voice:
         the same signal, louder there (or as loud, on a seat that joined first)."""
@@ -232,7 +241,7 @@ class SeatGate:
         return self._ring.nbytes if self._arbiter is not None else 0
 
     def hear(self, frame: np.ndarray) -> None:
-        """A frame as the VAD gets it (called before the VAD sees it, so the clocks agree)."""
+        """A frame of this seat's audio, on the clock its VAD events are admitted on."""
         if self._arbiter is None:
             return
         size = frame.shape[0]
@@ -296,13 +305,16 @@ class SeatGate:
 
     def _decide(self, audio_ms: int, ended: bool) -> list[tuple[VadEvent, int]]:
         assert self._arbiter is not None
+        end = self._arbiter.heard_by_all(self)
+        if not ended and end - self._opened_at < self._window_samples():
+            return []  # the others have not heard the window yet: the next frame looks again
         held, self._held = self._held, []
-        verdict = self._arbiter.judge(self, self._speech_from, self._heard)
+        verdict = self._arbiter.judge(self, self._speech_from, end)
         self._arbiter.decided(self, verdict, self._speech_from * 1000 // SAMPLE_RATE, audio_ms)
         if not verdict.dropped:
             return held
         self._dropping = not ended
-        self._dropped_level = _power(self.audio(self._speech_from, self._heard))
+        self._dropped_level = _power(self.audio(self._speech_from, end))
         self._opened_at = self._heard  # the next look at it is a window later
         self._voiced_since_look = self._frames_since_look = 0
         return []
@@ -313,18 +325,21 @@ class SeatGate:
         there, with the window and a little before it as its pre-roll."""
         assert self._arbiter is not None
         window = self._window_samples()
-        self._opened_at = self._heard
+        end = self._arbiter.heard_by_all(self)
+        if end - self._opened_at < window:
+            return []  # the others have not heard this window yet: the next frame looks again
+        self._opened_at = end
         voiced, self._voiced_since_look, self._frames_since_look = (
             self._voiced_since_look >= REOPEN_VOICED * self._frames_since_look, 0, 0)
         if not voiced:  # the speech is fading (the segment's silence hang): nothing of its own began
             return []
-        if _power(self.audio(self._heard - window, self._heard)) < REOPEN_LEVEL * self._dropped_level:
+        start = end - window
+        if _power(self.audio(start, end)) < REOPEN_LEVEL * self._dropped_level:
             return []  # quieter than the bleed it dropped: a pause, a tail or the noise, not a new voice
-        verdict = self._arbiter.judge(self, self._heard - window, self._heard)
+        verdict = self._arbiter.judge(self, start, end)
         if verdict.dropped:
             return []
         self._dropping = False
-        start = self._heard - window
         self._arbiter.decided(self, verdict, start * 1000 // SAMPLE_RATE, audio_ms)
         preroll = self.audio(max(0, start - REOPEN_PREROLL_SAMPLES, self._heard - RING_SAMPLES), self._heard)
         return [(SpeechStarted(audio_ms=start * 1000 // SAMPLE_RATE,
