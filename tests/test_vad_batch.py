@@ -89,7 +89,7 @@ async def batched(config: VadConfig, seats: list[np.ndarray]) -> tuple[list[list
 
 
 def test_batched_silero_gives_every_seat_the_events_of_its_own_unbatched_run(silero_dir: Path) -> None:
-    config = VadConfig(engine="silero", model=str(silero_dir), batch=8, batch_wait_ms=1.0)
+    config = VadConfig(engine="silero", model=str(silero_dir), batch=8, batch_wait_ms=5.0)  # room to gather seats
     seats = recordings()
     expected = [on_the_loop(config, samples) for samples in seats]
     got, mean_batch = asyncio.run(batched(config, seats))
@@ -97,6 +97,41 @@ def test_batched_silero_gives_every_seat_the_events_of_its_own_unbatched_run(sil
     for seat, (mine, alone) in enumerate(zip(got, expected, strict=True)):
         assert any(item[0] == "start" for item in alone), seat  # every recording holds speech
         assert mine == alone, seat
+
+
+def test_a_fault_on_one_frame_costs_that_frame_alone(silero_dir: Path) -> None:
+    """A seat whose handling of one batched frame raises still gets every later frame with its own
+    decision, in order (the rest of that batch stayed queued, and every later decision was paired
+    with the wrong frame), and the calls after the frames still run."""
+    config = VadConfig(engine="silero", model=str(silero_dir), batch=4, batch_wait_ms=0.0)
+    speech = recordings()[0]
+
+    async def run() -> list[int]:
+        batcher = build_vad_batch(config)
+        assert batcher is not None
+        batcher.start()
+        seen: list[int] = []
+
+        def on_frame(frame: np.ndarray, _events: list[VadEvent]) -> None:
+            index = int(frame[0])  # each frame carries its index in its first sample
+            seen.append(index)
+            if index == 3:
+                raise RuntimeError("a fault in one frame's handling")
+
+        feed = VadFeed(config, on_frame, batcher)
+        try:
+            for index in range(12):
+                frame = speech[index * FRAME_SAMPLES : (index + 1) * FRAME_SAMPLES].copy()
+                frame[0] = index
+                feed.frame(frame)
+            finished = asyncio.get_running_loop().create_future()
+            feed.after(lambda: finished.set_result(None))
+            await asyncio.wait_for(finished, 10)
+        finally:
+            batcher.stop(2.0)
+        return seen
+
+    assert asyncio.run(run()) == list(range(12))
 
 
 def test_client_calls_wait_for_the_frames_sent_before_them(silero_dir: Path) -> None:

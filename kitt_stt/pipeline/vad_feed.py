@@ -10,6 +10,7 @@ once when nothing is in flight, else right after the frames handed over before i
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from collections.abc import Callable
 
@@ -21,6 +22,7 @@ from kitt_stt.audio.vad import VadEvent, VadSegmenter
 from kitt_stt.config.schema import VadConfig
 
 OnFrame = Callable[[np.ndarray, list[VadEvent]], None]
+log = logging.getLogger(__name__)
 
 
 class VadFeed:
@@ -73,15 +75,28 @@ class VadFeed:
         return asyncio.create_task(when_run())
 
     def _decided(self, decisions: list[bool]) -> None:
+        """Each decision pairs with the oldest frame out. A fault in one frame's handling is logged
+        and costs that frame alone: leaving the rest of the batch queued would pair every later
+        decision with the wrong frame, for the rest of the seat's life."""
         for voiced in decisions:
             frame = self._queue.popleft()
-            assert isinstance(frame, np.ndarray), "a decision came back for a call, not a frame"
+            if not isinstance(frame, np.ndarray):
+                raise RuntimeError("a VAD decision came back for a client call, not a frame")
             self._frames_out -= 1
-            self._on_frame(frame, self.segmenter.decided(frame, voiced))
+            self._safely(self._frame_decided, frame, voiced)
             while self._queue and not isinstance(self._queue[0], np.ndarray):
-                call = self._queue.popleft()
-                call()  # type: ignore[operator]
+                self._safely(self._queue.popleft())  # type: ignore[arg-type]
         self._waiting = [future for future in self._waiting if not future.done()]
+
+    def _frame_decided(self, frame: np.ndarray, voiced: bool) -> None:
+        self._on_frame(frame, self.segmenter.decided(frame, voiced))
+
+    @staticmethod
+    def _safely(call: Callable[..., None], *args: object) -> None:
+        try:
+            call(*args)
+        except Exception:
+            log.exception("a seat's VAD event failed; the seat goes on with the next frame")
 
     @property
     def nbytes(self) -> int:
