@@ -5,7 +5,8 @@ does not run on is refused at start-up."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,7 @@ import pytest
 from pydantic import ValidationError
 
 from kitt_stt.asr.sense_voice_model import ModelError
-from kitt_stt.audio.silero_batch import build_vad_batch
+from kitt_stt.audio.silero_batch import SileroBatcher, build_vad_batch
 from kitt_stt.audio.vad import FRAME_SAMPLES, SpeechAudio, SpeechEnded, SpeechStarted, VadEvent, VadSegmenter
 from kitt_stt.audio.wavfile import read_wav_16k_mono
 from kitt_stt.config.schema import AppConfig, VadConfig
@@ -99,6 +100,25 @@ def test_batched_silero_gives_every_seat_the_events_of_its_own_unbatched_run(sil
         assert mine == alone, seat
 
 
+@contextlib.contextmanager
+def batch_thread(config: VadConfig) -> Iterator[SileroBatcher]:
+    """A started batch thread for ``config``, stopped after the block."""
+    batcher = build_vad_batch(config)
+    assert batcher is not None
+    batcher.start()
+    try:
+        yield batcher
+    finally:
+        batcher.stop(2.0)
+
+
+async def drained(feed: VadFeed) -> None:
+    """Until every frame handed to ``feed`` has had its events."""
+    finished = asyncio.get_running_loop().create_future()
+    feed.after(lambda: finished.set_result(None))
+    await asyncio.wait_for(finished, 10)
+
+
 def test_a_fault_on_one_frame_costs_that_frame_alone(silero_dir: Path) -> None:
     """A seat whose handling of one batched frame raises still gets every later frame with its own
     decision, in order (the rest of that batch stayed queued, and every later decision was paired
@@ -107,9 +127,6 @@ def test_a_fault_on_one_frame_costs_that_frame_alone(silero_dir: Path) -> None:
     speech = recordings()[0]
 
     async def run() -> list[int]:
-        batcher = build_vad_batch(config)
-        assert batcher is not None
-        batcher.start()
         seen: list[int] = []
 
         def on_frame(frame: np.ndarray, _events: list[VadEvent]) -> None:
@@ -118,17 +135,13 @@ def test_a_fault_on_one_frame_costs_that_frame_alone(silero_dir: Path) -> None:
             if index == 3:
                 raise RuntimeError("a fault in one frame's handling")
 
-        feed = VadFeed(config, on_frame, batcher)
-        try:
+        with batch_thread(config) as batcher:
+            feed = VadFeed(config, on_frame, batcher)
             for index in range(12):
                 frame = speech[index * FRAME_SAMPLES : (index + 1) * FRAME_SAMPLES].copy()
                 frame[0] = index
                 feed.frame(frame)
-            finished = asyncio.get_running_loop().create_future()
-            feed.after(lambda: finished.set_result(None))
-            await asyncio.wait_for(finished, 10)
-        finally:
-            batcher.stop(2.0)
+            await drained(feed)
         return seen
 
     assert asyncio.run(run()) == list(range(12))
@@ -139,22 +152,15 @@ def test_client_calls_wait_for_the_frames_sent_before_them(silero_dir: Path) -> 
     speech = recordings()[0]
 
     async def run() -> list[str]:
-        batcher = build_vad_batch(config)
-        assert batcher is not None
-        batcher.start()
         order: list[str] = []
-        feed = VadFeed(config, lambda *_: order.append("frame"), batcher)
         mark: Callable[[str], Callable[[], None]] = lambda name: lambda: order.append(name)  # noqa: E731
-        try:
+        with batch_thread(config) as batcher:
+            feed = VadFeed(config, lambda *_: order.append("frame"), batcher)
             for index in range(12):
                 feed.frame(speech[index * FRAME_SAMPLES : (index + 1) * FRAME_SAMPLES])
                 if index in (2, 7):
                     feed.after(mark(f"call after {index + 1}"))
-            finished = asyncio.get_running_loop().create_future()
-            feed.after(lambda: finished.set_result(None))
-            await asyncio.wait_for(finished, 10)
-        finally:
-            batcher.stop(2.0)
+            await drained(feed)
         return order
 
     order = asyncio.run(run())

@@ -139,9 +139,7 @@ def bleed_case(config: VadConfig, voice: np.ndarray, seats: int, speaker: int, b
     for rank, seat in enumerate(others):
         microphones[seat] = gain * delayed(voice, 16 * (1 + rank % 3), length, lead)  # 1, 2, 3 ms
     if noisy:
-        level = np.sqrt(cabin_noise.voiced_power(voice.astype(np.int16))) / 10.0 ** (ROAD_SNR_DB / 20.0)
-        microphones = [mic + noise for mic, noise in zip(microphones, road_noise(seats, length, level, rng),
-                                                         strict=True)]
+        microphones = in_road_noise(microphones, voice, rng)
     segments = run_cabin(config, microphones, tally)
     tally.cabins += 1
     speech = (LEAD_MS, LEAD_MS + voice.shape[0] // 16)
@@ -154,6 +152,13 @@ def bleed_case(config: VadConfig, voice: np.ndarray, seats: int, speaker: int, b
     for seat in others:
         tally.bleed_opened += len(segments[seat])
         tally.bleed_kept += sum(1 for *_, kept in segments[seat] if kept)
+
+
+def in_road_noise(microphones: list[np.ndarray], voice: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
+    """Every microphone with its road noise, ``ROAD_SNR_DB`` under ``voice``'s speech level."""
+    level = np.sqrt(cabin_noise.voiced_power(voice.astype(np.int16))) / 10.0 ** (ROAD_SNR_DB / 20.0)
+    noises = road_noise(len(microphones), microphones[0].shape[0], level, rng)
+    return [mic + noise for mic, noise in zip(microphones, noises, strict=True)]
 
 
 def double_talk_case(config: VadConfig, first: np.ndarray, second: np.ndarray, seats: int, pair: tuple[int, int],
@@ -170,9 +175,7 @@ def double_talk_case(config: VadConfig, first: np.ndarray, second: np.ndarray, s
                 gain = 10.0 ** ((-6.0 if seat in voices else -10.0) / 20.0)
                 microphones[seat] += gain * delayed(voice, 32, length, lead + start)
     if noisy:
-        level = np.sqrt(cabin_noise.voiced_power(first.astype(np.int16))) / 10.0 ** (ROAD_SNR_DB / 20.0)
-        microphones = [mic + noise for mic, noise in zip(microphones, road_noise(seats, length, level, rng),
-                                                         strict=True)]
+        microphones = in_road_noise(microphones, first, rng)
     segments = run_cabin(config, microphones, tally)
     tally.double_talk += 1
     kept_both = all(any(kept for *_, kept in segments[talker]) for talker in voices)
