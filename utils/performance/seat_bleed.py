@@ -27,6 +27,7 @@ import argparse
 import itertools
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,11 +65,11 @@ class Tally:
     decide_s: list[float] = field(default_factory=list)
 
 
-def recordings() -> list[np.ndarray]:
-    """The fixtures, each at the same speech level (-26 dBFS while voiced): every talker as loud at
-    their own microphone, whatever the recording's gain."""
+def recordings(directory: Path = SPEECH_DIR) -> list[np.ndarray]:
+    """The recordings (16 kHz mono WAVs; the fixtures by default), each at the same speech level
+    (-26 dBFS while voiced): every talker as loud at their own microphone, whatever the gain."""
     voices = []
-    for path in sorted(SPEECH_DIR.glob("*.wav")):
+    for path in sorted(directory.glob("*.wav")):
         samples = read_wav_16k_mono(path)
         voices.append(samples.astype(np.float64) * TALKER_RMS / np.sqrt(cabin_noise.voiced_power(samples)))
     return voices
@@ -81,13 +82,20 @@ def delayed(samples: np.ndarray, delay: int, length: int, offset: int = 0) -> np
     return out
 
 
-def road_noise(seats: int, length: int, level: float, rng: np.random.Generator) -> list[np.ndarray]:
-    """Brown noise and an engine hum, half common to all microphones (road rumble), half each its own."""
-    common = cabin_noise.brown(length, rng) + cabin_noise.engine(length, rng)
+#: The road noise's two parts: brown noise and an engine hum (what the thresholds were chosen on), or
+#: pink noise and a fan (``--road pink-fan``: a noise the tuning never saw).
+ROADS = {"brown-engine": (cabin_noise.brown, cabin_noise.engine), "pink-fan": (cabin_noise.pink, cabin_noise.fan)}
+Road = tuple[Callable[[int, np.random.Generator], np.ndarray], Callable[[int, np.random.Generator], np.ndarray]]
+
+
+def road_noise(road: Road, seats: int, length: int, level: float, rng: np.random.Generator) -> list[np.ndarray]:
+    """The road's two noises, half common to all microphones (road rumble), half each its own."""
+    first, second = road
+    common = first(length, rng) + second(length, rng)
     common /= np.sqrt(np.mean(common**2))
     out = []
     for _ in range(seats):
-        own = cabin_noise.brown(length, rng) + cabin_noise.engine(length, rng)
+        own = first(length, rng) + second(length, rng)
         own /= np.sqrt(np.mean(own**2))
         out.append(level * np.sqrt(0.5) * (common + own))
     return out
@@ -128,7 +136,7 @@ def overlaps(segment: tuple[int, int, bool], span: tuple[int, int]) -> bool:
     return segment[0] < span[1] and segment[1] > span[0]
 
 
-def bleed_case(config: VadConfig, voice: np.ndarray, seats: int, speaker: int, bleed_db: float, noisy: bool,
+def bleed_case(config: VadConfig, voice: np.ndarray, seats: int, speaker: int, bleed_db: float, road: Road | None,
                rng: np.random.Generator, tally: Tally) -> None:
     lead, tail = LEAD_MS * 16, TAIL_MS * 16
     length = lead + voice.shape[0] + tail
@@ -138,8 +146,8 @@ def bleed_case(config: VadConfig, voice: np.ndarray, seats: int, speaker: int, b
     microphones[speaker] = delayed(voice, 0, length, lead)
     for rank, seat in enumerate(others):
         microphones[seat] = gain * delayed(voice, 16 * (1 + rank % 3), length, lead)  # 1, 2, 3 ms
-    if noisy:
-        microphones = in_road_noise(microphones, voice, rng)
+    if road is not None:
+        microphones = in_road_noise(microphones, voice, road, rng)
     segments = run_cabin(config, microphones, tally)
     tally.cabins += 1
     speech = (LEAD_MS, LEAD_MS + voice.shape[0] // 16)
@@ -154,15 +162,16 @@ def bleed_case(config: VadConfig, voice: np.ndarray, seats: int, speaker: int, b
         tally.bleed_kept += sum(1 for *_, kept in segments[seat] if kept)
 
 
-def in_road_noise(microphones: list[np.ndarray], voice: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
+def in_road_noise(microphones: list[np.ndarray], voice: np.ndarray, road: Road,
+                  rng: np.random.Generator) -> list[np.ndarray]:
     """Every microphone with its road noise, ``ROAD_SNR_DB`` under ``voice``'s speech level."""
     level = np.sqrt(cabin_noise.voiced_power(voice.astype(np.int16))) / 10.0 ** (ROAD_SNR_DB / 20.0)
-    noises = road_noise(len(microphones), microphones[0].shape[0], level, rng)
+    noises = road_noise(road, len(microphones), microphones[0].shape[0], level, rng)
     return [mic + noise for mic, noise in zip(microphones, noises, strict=True)]
 
 
 def double_talk_case(config: VadConfig, first: np.ndarray, second: np.ndarray, seats: int, pair: tuple[int, int],
-                     stagger_ms: int, noisy: bool, rng: np.random.Generator, tally: Tally) -> None:
+                     stagger_ms: int, road: Road | None, rng: np.random.Generator, tally: Tally) -> None:
     lead, tail = LEAD_MS * 16, TAIL_MS * 16
     length = lead + stagger_ms * 16 + max(first.shape[0], second.shape[0]) + tail
     voices = {pair[0]: (first, 0), pair[1]: (second, stagger_ms * 16)}
@@ -174,8 +183,8 @@ def double_talk_case(config: VadConfig, first: np.ndarray, second: np.ndarray, s
             else:
                 gain = 10.0 ** ((-6.0 if seat in voices else -10.0) / 20.0)
                 microphones[seat] += gain * delayed(voice, 32, length, lead + start)
-    if noisy:
-        microphones = in_road_noise(microphones, first, rng)
+    if road is not None:
+        microphones = in_road_noise(microphones, first, road, rng)
     segments = run_cabin(config, microphones, tally)
     tally.double_talk += 1
     kept_both = all(any(kept for *_, kept in segments[talker]) for talker in voices)
@@ -208,24 +217,27 @@ def main() -> int:
     # off adds nothing the VAD column does not show (without arbitration every segment the VAD opens is kept)
     parser.add_argument("--arbitration", nargs="+", default=["on"], choices=["on", "off"])
     parser.add_argument("--cache-dir", type=Path, default=None, help="model cache (default: the user cache)")
+    parser.add_argument("--speech", type=Path, default=SPEECH_DIR,
+                        help="a folder of 16 kHz mono WAVs (default: the fixtures the thresholds were chosen on)")
+    parser.add_argument("--road", choices=sorted(ROADS), default="brown-engine", help="the road noise's make-up")
     args = parser.parse_args()
-    voices = recordings()
+    voices = recordings(args.speech)
     rng = np.random.default_rng(36)
-    print(f"# Seat bleed: {len(voices)} recordings; bleed 1-3 ms later; road noise at {ROAD_SNR_DB:g} dB SNR "
-          "on the speaking seat")
+    print(f"# Seat bleed: {len(voices)} recordings from {args.speech}; bleed 1-3 ms later; road noise "
+          f"({args.road}) at {ROAD_SNR_DB:g} dB SNR on the speaking seat")
     print("| VAD | arbitration | seats | case | noise | cabins | bleeding-seat segments (VAD) | false segments "
           "kept | dropped | speaking seat lost | cut | double talk both kept |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     decide: list[float] = []
-    for (name, base), arbitration, seats, noisy in itertools.product(
+    for (name, base), arbitration, seats, road in itertools.product(
             engines(args.engines, args.cache_dir).items(), [mode == "on" for mode in args.arbitration], (2, 4),
-            [noise == "road" for noise in args.noise]):
+            [ROADS[args.road] if noise == "road" else None for noise in args.noise]):
         config = base.model_copy(update={"arbitration": arbitration})
-        noise = "road" if noisy else "clean"
+        noise = "clean" if road is None else "road"
         for bleed_db in BLEEDS_DB:
             tally = Tally()
             for voice, speaker in itertools.product(voices, range(seats)):
-                bleed_case(config, voice, seats, speaker, bleed_db, noisy, rng, tally)
+                bleed_case(config, voice, seats, speaker, bleed_db, road, rng, tally)
             decide += tally.decide_s if arbitration else []
             print(f"| {name} | {'on' if arbitration else 'off'} | {seats} | bleed {bleed_db:g} dB | {noise} | "
                   f"{tally.cabins} | {tally.bleed_opened} | {tally.bleed_kept} | "
@@ -234,7 +246,7 @@ def main() -> int:
         tally = Tally()
         for (first, second), stagger in itertools.product(itertools.permutations(range(len(voices)), 2), (0, 300)):
             for pair in ((0, 1),) if seats == 2 else ((0, 1), (0, 2), (1, 3)):
-                double_talk_case(config, voices[first], voices[second], seats, pair, stagger, noisy, rng, tally)
+                double_talk_case(config, voices[first], voices[second], seats, pair, stagger, road, rng, tally)
         decide += tally.decide_s if arbitration else []
         print(f"| {name} | {'on' if arbitration else 'off'} | {seats} | double talk | {noise} | {tally.double_talk} | "
               f"{tally.bleed_opened} | {tally.bleed_kept} | "
