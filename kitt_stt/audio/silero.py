@@ -57,9 +57,8 @@ class SileroModel:
 
     def probability(self, window: np.ndarray, state: np.ndarray) -> tuple[float, np.ndarray]:
         """``window``: context + 512 samples, float32 in [-1, 1]. Returns (p, the new state)."""
-        output, new_state = self._session.run(
-            None, {"input": window[np.newaxis, :], "state": state, "sr": self._sample_rate})
-        return float(output[0, 0]), new_state
+        probabilities, new_state = self.probabilities(window[np.newaxis, :], state)
+        return float(probabilities[0]), new_state
 
     def probabilities(self, windows: np.ndarray, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``windows`` [B, 576] and ``states`` [2, B, 128]: one run for B seats; (p [B], new states)."""

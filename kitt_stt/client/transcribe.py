@@ -11,10 +11,10 @@ from typing import Any, TextIO
 import numpy as np
 
 from kitt_stt.client.session import SttSession, connect
+from kitt_stt.integrations.link import send_after_s
 
 FRAME_MS = 20
 FRAME_SAMPLES = 16000 * FRAME_MS // 1000
-PACING_MARGIN = 0.9  # stay under the server's allowed rate so no frame is refused
 
 
 def format_word(word: dict[str, Any]) -> str:
@@ -48,14 +48,12 @@ def format_frame(frame: dict[str, Any]) -> str | None:
 async def _send_paced(session: SttSession, samples: np.ndarray, seat: str, realtime: bool) -> None:
     """Send 20 ms frames on absolute deadlines: real time, or as fast as the server's limits allow."""
     limits = session.ready.get("limits", {})
-    factor = 1.0 if realtime else float(limits.get("realtime_factor", 1.0)) * PACING_MARGIN
-    burst_ms = 0.0 if realtime else float(limits.get("burst_ms", 0)) * PACING_MARGIN
     started = time.monotonic()
     for index, offset in enumerate(range(0, samples.shape[0], FRAME_SAMPLES)):
         frame = samples[offset : offset + FRAME_SAMPLES]
         if frame.shape[0] < FRAME_SAMPLES:
             frame = np.concatenate([frame, np.zeros(FRAME_SAMPLES - frame.shape[0], dtype=np.int16)])
-        deadline = started + max(0.0, index * FRAME_MS - burst_ms) / 1000.0 / factor
+        deadline = started + (index * FRAME_MS / 1000.0 if realtime else send_after_s(index, limits))
         delay = deadline - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)

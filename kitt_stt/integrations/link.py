@@ -33,7 +33,7 @@ import msgpack
 SAMPLE_RATE = 16000
 FRAME_BYTES = 640  # 20 ms of 16 kHz mono int16
 FRAME_MS = 20
-PACING_MARGIN = 0.9  # stay under the server's allowed rate, as ``kitt-stt transcribe`` does
+PACING_MARGIN = 0.9  # stay under the server's allowed rate (``kitt-stt transcribe`` paces with send_after_s too)
 
 
 @dataclass(frozen=True)

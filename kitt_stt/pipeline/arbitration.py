@@ -273,6 +273,8 @@ class SeatGate:
     def admit(self, events: list[VadEvent], audio_ms: int) -> list[tuple[VadEvent, int]]:
         """The events to act on now, each with the audio clock (ms) it came at: ``events`` as they
         are when no segment is held, nothing while one waits, then the held ones in order once kept."""
+        if not self._held and not self._dropping and (self._arbiter is None or not self._arbiter.active):
+            return [(event, audio_ms) for event in events]  # one seat (or arbitration off): every frame, cheaply
         out: list[tuple[VadEvent, int]] = []
         for event in events:
             if isinstance(event, SpeechStarted):

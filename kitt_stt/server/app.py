@@ -272,8 +272,8 @@ def _cannot_accept(state: ServiceState, address: str) -> tuple[str, str] | None:
     server = state.config.server
     if state.draining:
         return "draining", "server is shutting down; reconnect to another instance"
-    if state.scheduler.failure is not None:
-        return "failed", "server cannot decode (an inference worker failed); reconnect to another instance"
+    if state.failure is not None:
+        return "failed", "server cannot serve (an inference worker failed); reconnect to another instance"
     if not state.ready:
         return "not_ready", "server is still loading its model; retry shortly"
     if len(state.connections) >= server.max_connections:

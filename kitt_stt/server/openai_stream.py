@@ -53,15 +53,14 @@ class _ReleasingStream(StreamingResponse):
 
 
 async def _events(pieces: AsyncGenerator[DecodedPiece, None]) -> AsyncIterator[bytes]:
-    texts: list[str] = []
+    joined = ""  # the text so far: join_texts works left to right, so joining onto it is the whole join
     try:
         async for decoded in pieces:
             if decoded.segment is None:
                 continue
-            before = join_texts(texts)
-            texts.append(decoded.segment.text)
-            yield _event({"type": "transcript.text.delta", "delta": join_texts(texts)[len(before):]})
-        yield _event({"type": "transcript.text.done", "text": join_texts(texts)})
+            before, joined = joined, join_texts((joined, decoded.segment.text))
+            yield _event({"type": "transcript.text.delta", "delta": joined[len(before):]})
+        yield _event({"type": "transcript.text.done", "text": joined})
     except DecodeCancelled as exc:
         yield _event(ApiError(503, str(exc), code="service_unavailable", kind="server_error").body())
     except Exception as exc:  # an engine fault: the client gets a clear error, the live sessions go on

@@ -66,8 +66,9 @@ class ServiceState:
 
     @property
     def serving(self) -> bool:
-        """Ready, and no inference worker has died (a dead worker means decodes would hang)."""
-        return self.ready and self.scheduler.failure is None
+        """Ready, and nothing has failed (a dead decode worker means decodes would hang; a failed VAD
+        batch thread would answer every frame with silence)."""
+        return self.ready and self.failure is None
 
     def warm_up(self) -> None:
         """Blocking: one decode so that the first client does not pay for lazy initialisation."""
