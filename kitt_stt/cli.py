@@ -27,7 +27,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from kitt_stt.server.app import create_app
     from kitt_stt.server.runner import run
     from kitt_stt.turn.combiner import CombinerError
-    from kitt_stt.turn.policy_factory import build_policy, load_at_start
+    from kitt_stt.turn.policy_factory import build_policy
+    from kitt_stt.turn.text_model import TextModelError
     from kitt_stt.turnsense.model import TurnModelError
     from kitt_stt.turnsense.runner import build_turn_model
 
@@ -52,9 +53,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except (ModelError, TurnModelError) as exc:
         return _fail(f"cannot load the end-of-turn model: {exc}")
     try:
-        # each seat builds its own; refuse bad weights, and say what the policy lacks, now
-        load_at_start(build_policy(config, turn_model is not None))
-    except CombinerError as exc:
+        # each seat builds its own; refuse bad weights and a missing text model now, and read it once here
+        build_policy(config, turn_model is not None)
+    except (CombinerError, ModelError, TextModelError) as exc:
         return _fail(f"cannot load the end-of-turn decision: {exc}")
     try:
         config = prepare_vad(config)

@@ -187,12 +187,14 @@ class TurnConfig(Section):
     max_duration_ms: int = Field(default=60_000, ge=1000)
     context_ms: int = Field(default=500, ge=0, le=2000)
     commit_empty: bool = False
-    # "turnsense": the model's p against `threshold`; "fused" (issue 23, docs/turns.md): p, the words
-    # both ways and the prosody combined. Opt-in: on held-out speakers it is patient but not yet fast
-    policy: TurnPolicy = TurnPolicy.TURNSENSE
+    # "fused" (docs/turns.md): the text view of the turn's words (text_model) with the model's p and the
+    # silence, graded waiting; "turnsense": the model's p alone against `threshold`
+    policy: TurnPolicy = TurnPolicy.FUSED
     fused_threshold: float = Field(default=0.7, ge=0.0, le=1.01)  # commit at a look at this fused confidence
     fused_looks_ms: list[int] = Field(default_factory=lambda: [300, 600], max_length=4)  # second looks, ms of silence
     fused_weights: Path | None = None  # the combiner's weights (utils/turns/train.py --out); None: the shipped file
+    # the fused decision's text view (turn/text_model.py): a registry name or a directory; null: no text view
+    text_model: str | None = "smollm2-turn"
 
     @field_validator("fused_looks_ms")
     @classmethod

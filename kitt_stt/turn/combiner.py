@@ -69,12 +69,14 @@ class Combiner:
         return tuple(KINDS[name] for name in self.features)
 
     def score(self, vector: list[float]) -> Score:
-        """Confidence for a vector built in ``self.features`` order (``features.feature_vector``)."""
+        """Confidence for a vector built in ``self.features`` order (``features.feature_vector``). A NaN
+        entry is "no opinion" (the text view without words or without its model): it counts as the
+        training mean, so it pushes neither way."""
         contributions: dict[str, float] = {}
         total = self.bias
         for value, mean, scale, weight, group in zip(vector, self.mean, self.scale, self.weights, self.kinds,
                                                       strict=True):
-            part = weight * (value - mean) / scale
+            part = 0.0 if math.isnan(value) else weight * (value - mean) / scale
             contributions[group] = contributions.get(group, 0.0) + part
             total += part
         return Score(1.0 / (1.0 + math.exp(-max(-40.0, min(40.0, total)))), contributions)

@@ -15,6 +15,7 @@ unsure; ``wait_ms`` (or the hold's) stays a hard upper bound.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -23,6 +24,7 @@ from kitt_stt.pipeline.turn_text import TextEnding
 from kitt_stt.turn.combiner import Combiner, Score
 from kitt_stt.turn.features import feature_vector
 from kitt_stt.turn.prosody import NEUTRAL, Prosody, prosody
+from kitt_stt.turn.text_model import TurnTextModel
 from kitt_stt.turn.words import WordEvidence, word_evidence
 from kitt_stt.turnsense.model import TurnPrediction
 
@@ -38,20 +40,17 @@ class FusedSettings:
 
 
 class FusedPolicy(EotPolicy):
-    def __init__(self, settings: FusedSettings, combiner: Combiner, hold: HoldRule) -> None:
+    def __init__(self, settings: FusedSettings, combiner: Combiner, hold: HoldRule,
+                 text_model: TurnTextModel | None = None) -> None:
         self.settings = settings
         self.combiner = combiner
         self.hold = hold
-        self._uses_lm = "sentence_end" in combiner.features  # weights fitted without it never load it
-
-    @property
-    def uses_language_model(self) -> bool:
-        """Whether these weights read the sentence-end LM (pocketsphinx), so start-up should load it."""
-        return self._uses_lm
+        # the text view only where the weights weigh it (policy_factory loads it only then)
+        self._text_model = text_model if "text_end" in combiner.features else None
 
     async def decide(self, context: TurnContext) -> Decision:
         settings = self.settings
-        words, shape = await _evidence(context, uses_lm=self._uses_lm)
+        words, shape = await _evidence(context, self._text_model)
         ending = context.ending(self.hold)
         held = ending is TextEnding.UNFINISHED
         wait_ms = self.hold.wait_ms if held else settings.wait_ms
@@ -115,16 +114,16 @@ async def _owned_look(future: asyncio.Future[TurnPrediction] | None, remaining_m
 
 # One thread of its own: asyncio's default pool also serves uploads, file cuts and warm-up, and a
 # decision queued behind them could outlast its wait_ms (measured once: 1.95 s for a 300 ms wait behind six
-# 2 s jobs). The work is a few ms per turn, so one thread serves every seat.
+# 2 s jobs). The work is ~15-25 ms per final (the text view; the rest is a few ms of numpy), so one
+# thread serves every seat, and the text model's one session is never run twice at once.
 _EVIDENCE_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="turn-evidence")
 
 
-async def _evidence(context: TurnContext, uses_lm: bool) -> tuple[WordEvidence, Prosody]:
-    """The words' evidence and the prosody of the turn's end, off the event loop: a few ms of numpy,
-    and the sentence-end language model, which the first turn of the process reads (tens of ms), only
-    when the combiner weighs it (weights fitted without it do not load its ~30 MB for nothing)."""
+async def _evidence(context: TurnContext, text_model: TurnTextModel | None) -> tuple[WordEvidence, Prosody]:
+    """The words' evidence (with the text view's log-odds when the policy has one) and the prosody
+    of the turn's end, off the event loop."""
     audio = context.look.audio() if context.look is not None else None
-    end_score = None if uses_lm else _no_opinion
+    end_score = None if text_model is None else _log_odds(text_model)
 
     def work() -> tuple[WordEvidence, Prosody]:
         return word_evidence(context.text, end_score), prosody(audio) if audio is not None and audio.size else NEUTRAL
@@ -132,5 +131,9 @@ async def _evidence(context: TurnContext, uses_lm: bool) -> tuple[WordEvidence, 
     return await asyncio.get_running_loop().run_in_executor(_EVIDENCE_THREAD, work)
 
 
-def _no_opinion(_text: str) -> float:
-    return 0.0
+def _log_odds(text_model: TurnTextModel) -> Callable[[str], float | None]:
+    def score(text: str) -> float | None:
+        answer = text_model.end_of_turn(text)
+        return None if answer is None else answer.log_odds
+
+    return score

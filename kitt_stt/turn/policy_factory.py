@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import threading
+from pathlib import Path
+
 from kitt_stt.config.schema import AppConfig, TurnPolicy
 from kitt_stt.pipeline.eot import EotPolicy, HoldRule, SilenceTimeoutPolicy, TurnSensePolicy
-from kitt_stt.turn.combiner import WEIGHTS_FILE, load_combiner
+from kitt_stt.turn.combiner import WEIGHTS_FILE, Combiner, load_combiner
 from kitt_stt.turn.fused_policy import FusedPolicy, FusedSettings
-from kitt_stt.turn.sentence_end import load_model
+from kitt_stt.turn.text_model import TurnTextModel
+
+_loading = threading.Lock()
+_text_models: dict[tuple[Path, int], TurnTextModel] = {}  # one per process: every seat shares it
 
 
 def build_policy(config: AppConfig, has_model: bool) -> EotPolicy:
@@ -21,15 +27,21 @@ def build_policy(config: AppConfig, has_model: bool) -> EotPolicy:
     first_look_ms = config.asr.chunk_pause_ms or config.vad.silence_ms
     settings = FusedSettings(turn.fused_threshold, turn.wait_ms, tuple(turn.fused_looks_ms), config.vad.silence_ms,
                              turn.eager_threshold, first_look_ms)
-    return FusedPolicy(settings, load_combiner(turn.fused_weights or WEIGHTS_FILE), hold)
+    combiner = load_combiner(turn.fused_weights or WEIGHTS_FILE)
+    return FusedPolicy(settings, combiner, hold, text_model_for(config, combiner))
 
 
-def load_at_start(policy: EotPolicy) -> None:
-    """Read what the policy reads lazily now, at start-up: a fused policy's sentence-end LM.
+def text_model_for(config: AppConfig, combiner: Combiner) -> TurnTextModel | None:
+    """The process's text view for ``turn.text_model``, installed and read on first use (start-up
+    asks first: ``cmd_serve``); None when it is off or the weights do not weigh it."""
+    if config.turn.text_model is None or "text_end" not in combiner.features:
+        return None
+    from kitt_stt.models.registry import resolve_model  # the registry imports every model's installer
 
-    Where pocketsphinx is missing (the Jetson Orin image: no aarch64 wheel) the warning then comes
-    in the start-up log, next to the policy chosen, instead of at the first turn, and the first
-    turn does not pay the model's read either (docs/turns.md).
-    """
-    if isinstance(policy, FusedPolicy) and policy.uses_language_model:
-        load_model()
+    with _loading:
+        directory = resolve_model(config.turn.text_model, config.models, setting="turn.text_model",
+                                  directory_kind="turn_text").directory
+        key = (directory.resolve(), config.turn.num_threads)
+        if key not in _text_models:
+            _text_models[key] = TurnTextModel(directory, config.turn.num_threads)
+        return _text_models[key]

@@ -7,10 +7,9 @@ question form ("what is the weather like", "...吗"). The combiner, not this mod
 much that is worth. Sentence-final punctuation was tried and left out: Whisper punctuates cut
 phrases as readily as whole ones ("Front.", "Go forward."), and it did not help held-out speakers.
 
-And a graded view with real language knowledge: ``sentence_end`` (``sentence_end.py``), the CMU
-English trigram model's "does the sentence end after these words" (0 for Mandarin and where the
-model is missing). The first call reads that model (tens of ms), so the policy calls
-``word_evidence`` off the event loop.
+And a graded view with real language knowledge: ``text_end``, the text view's log-odds that the
+user's message ends after these words (``text_model.py``: a small chat model, ~15-25 ms a final),
+so the policy calls ``word_evidence`` off the event loop.
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kitt_stt.pipeline.turn_text import TextEnding, text_ending
-from kitt_stt.turn.sentence_end import sentence_end
 
 _EN_WORD = re.compile(r"[A-Za-z][A-Za-z']*|\d+")
 _EN_COMMANDS = frozenset({
@@ -50,7 +48,8 @@ _STRIP = re.compile(r"[\s.,!?;:…。，！？；：、\"'”’)\]}]+$")
 class WordEvidence:
     unfinished: bool  # the ending cannot end a request (turn_text)
     complete_form: bool  # a whole command, a number with its unit, or a question form
-    sentence_end: float = 0.0  # the English LM's log10 lift of "the sentence ends here"; 0: no opinion
+    text_end: float | None = None  # the text view's log-odds of "the message ends here"; None: no opinion
+    han: bool = False  # the text has Han characters: the text view's log-odds run lower for Chinese
 
 
 def _complete_form(text: str) -> bool:
@@ -68,10 +67,10 @@ def _complete_form(text: str) -> bool:
     return len(words) >= 3 and words[0] in _EN_QUESTION_STARTS
 
 
-def word_evidence(text: str, end_score: Callable[[str], float] | None = None) -> WordEvidence:
-    """Both kinds of evidence for the turn's text so far. ``end_score``: the sentence-end score's
-    source, by default the LM (the training script passes the value its feature table cached, so
-    it needs no LM installed)."""
+def word_evidence(text: str, end_score: Callable[[str], float | None] | None = None) -> WordEvidence:
+    """Both kinds of evidence for the turn's text so far. ``end_score``: the text view's log-odds
+    (the policy passes the model's, the training script the value its feature table cached);
+    without it the text view has no opinion."""
     unfinished = text_ending(text) is TextEnding.UNFINISHED
-    end = (end_score or sentence_end)(text)
-    return WordEvidence(unfinished, not unfinished and _complete_form(text), end)
+    end = None if end_score is None else end_score(text)
+    return WordEvidence(unfinished, not unfinished and _complete_form(text), end, bool(_HAN.search(text)))

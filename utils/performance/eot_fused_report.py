@@ -10,18 +10,17 @@ without its speaker. Methods:
 * ``smart-turn``: TurnSense's p at the pause, commit at once when p >= threshold, else the timer;
 * ``smart-turn+rules``: the same, and words ending mid-phrase wait ``turn.unfinished_wait_ms``
   (the shipped 0.3.0 policy);
-* ``smart-turn+rules+LM veto``: the same, and no early commit where the sentence-end LM finds the
-  end less likely than on average (``sentence_end`` < 0: a fixed point, not fitted); a candidate,
-  not a shipped policy;
-* ``fused, no LM``: the fused policy with 0.4.0's five features (``train.WITHOUT_LM``), refitted
-  leave-one-speaker-out on the same clips;
-* ``fused``: the shipped fused policy (its features ``features.FEATURES``, with the sentence-end
-  language model), its second looks at ``turn.fused_looks_ms`` included;
-* ``fused, LM absent``: the same fits, the held-out clips scored with ``sentence_end`` 0, as a
-  server without pocketsphinx scores them (Jetson Orin, the images: docs/turns.md).
+* ``text view alone``: the text view's log-odds (and whether the text is Chinese: its scale is
+  lower there) fitted leave-one-speaker-out, nothing from the audio;
+* ``fused, no text view``: the fused policy with 0.4.0's five features (``train.WITHOUT_TEXT``),
+  refitted leave-one-speaker-out on the same clips;
+* ``fused``: the shipped fused policy (its features ``features.FEATURES``, the text view
+  included), its second looks at ``turn.fused_looks_ms`` included;
+* ``fused, text view absent``: the same fits, the held-out clips scored with no text view
+  (``turn.text_model: null``, or a text without words).
 
-The sentence-end scores come from the table (``extract.py`` caches them), so the rows need no LM
-installed; only the cost line reads it.
+The text view's scores come from the table (``extract.py`` caches them), so the rows need no
+model installed; the cost lines read it from ``--models`` when it is there.
 
 Each group's complete turns are set against its cut turns of one kind at a time (``cut``: ``pause``
 at an inner pause, ``word`` mid-sentence at an aligned word boundary; ``utils/turns/corpus.py``).
@@ -32,13 +31,16 @@ ms, complete-turn commit p50 / p95 at the shipped settings, and the complete p50
 setting of the method's knob (timer wait or threshold) that keeps cut-offs in the pause <= 5 %.
 A commit at the first look costs ``vad.silence_ms`` (the decision starts when the segment ends);
 a second look at S ms commits at S plus ``MODEL_MS``. Then the fused decision's own cost per turn
-(prosody, words, combiner; the model runs are TurnSense's and are timed apart).
+(prosody, words, combiner; the model runs are TurnSense's and are timed apart), and the text
+view's cost per final, one thread: each transcript scored as a turn of two finals (its first
+half, then the whole), so the second costs only its new tokens, as on a server.
 
-    PYTHONPATH=. python utils/performance/eot_fused_report.py
+    PYTHONPATH=. python utils/performance/eot_fused_report.py [--models <model cache>]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -57,13 +59,13 @@ from kitt_stt.pipeline.turn_text import TextEnding, text_ending  # noqa: E402
 from kitt_stt.turn.combiner import load_combiner  # noqa: E402
 from kitt_stt.turn.features import feature_vector  # noqa: E402
 from kitt_stt.turn.prosody import prosody  # noqa: E402
-from kitt_stt.turn.sentence_end import load_model, sentence_end  # noqa: E402
+from kitt_stt.turn.text_model import TextModelError, TurnTextModel  # noqa: E402
 from kitt_stt.turn.words import word_evidence  # noqa: E402
 from utils.performance.memory_probe import read_sample  # noqa: E402
 from utils.performance.toolkit.stats import nearest_rank  # noqa: E402
 from utils.turns.extract import TABLE  # noqa: E402
 from utils.turns.scores import clip_key  # noqa: E402
-from utils.turns.train import WITHOUT_LM, leave_one_speaker_out  # noqa: E402
+from utils.turns.train import CANDIDATE_SETS, WITHOUT_TEXT, leave_one_speaker_out  # noqa: E402
 
 PAUSE_MS = 1500
 MODEL_MS = 50  # a second look waits for one TurnSense run (44-55 ms here)
@@ -100,11 +102,6 @@ def methods(oofs: dict[str, Scores], config: AppConfig) -> dict[str, tuple[Metho
             return turn.unfinished_wait_ms
         return smart_turn(clip, threshold)
 
-    def with_lm_veto(clip: dict, threshold: float) -> float:
-        if clip["sentence_end"] < 0.0:  # the LM finds the end less likely than on average: no early commit
-            return turn.wait_ms
-        return with_rules(clip, threshold)
-
     def fused(oof: Scores) -> Method:
         def delay(clip: dict, threshold: float) -> float:
             if _unfinished(clip["text"]):
@@ -121,7 +118,6 @@ def methods(oofs: dict[str, Scores], config: AppConfig) -> dict[str, tuple[Metho
     return {"vad-timer": (timer, turn.wait_ms, list(range(100, 3001, 50))),
             "smart-turn": (smart_turn, turn.threshold, thresholds),
             "smart-turn+rules": (with_rules, turn.threshold, thresholds),
-            "smart-turn+rules+LM veto": (with_lm_veto, turn.threshold, thresholds),
             **{name: (fused(oof), turn.fused_threshold, thresholds) for name, oof in oofs.items()}}
 
 
@@ -161,9 +157,9 @@ def report(clips: list[dict], oofs: dict[str, Scores], config: AppConfig) -> str
 
 
 def decision_cost(clips: list[dict], repeats: int = 50) -> tuple[float, float]:
-    """(median, max) ms per turn of the fused decision's own work on 3 s of audio: prosody, words
-    (the sentence-end LM included), combiner. Median and max of ``repeats`` calls: the machine is
-    shared, so one slow call says more about the neighbours than about the code."""
+    """(median, max) ms per turn of the fused decision's own work on 3 s of audio, the text view
+    aside (timed by ``text_view_cost``): prosody, words, combiner. Median and max of ``repeats``
+    calls: the machine is shared, so one slow call says more about the neighbours than about the code."""
     rng = np.random.default_rng(0)
     t = np.arange(48000) / 16000.0
     audio = (6000 * np.sin(2 * np.pi * np.cumsum(180 - 20 * t) / 16000) + rng.normal(0, 300, t.size)).astype(np.int16)
@@ -173,41 +169,60 @@ def decision_cost(clips: list[dict], repeats: int = 50) -> tuple[float, float]:
     costs = []
     for index in range(repeats):
         started = time.perf_counter()
-        words = word_evidence(texts[index % len(texts)])
+        words = word_evidence(texts[index % len(texts)], lambda _text: -10.0)
         combiner.score(feature_vector(0.7, 100, words, prosody(audio), combiner.features))
         costs.append((time.perf_counter() - started) * 1000.0)
     return float(np.median(costs)), max(costs)
 
 
+def text_view_cost(model_dir: Path, clips: list[dict]) -> str:
+    """The text view's load (time, resident memory) and its cost per final, one thread."""
+    rss_before = read_sample(os.getpid(), "before the text model").rss_kb
+    started = time.perf_counter()
+    try:
+        model = TurnTextModel(model_dir)
+    except TextModelError as exc:
+        return f"text view: not measured ({exc})"
+    load_ms = (time.perf_counter() - started) * 1000.0
+    firsts, seconds, tokens = [], [], []
+    for clip in clips:
+        words = clip["text"].split()
+        for part in (" ".join(words[: max(1, len(words) // 2)]), clip["text"]):
+            answer = model.end_of_turn(part)
+            if answer is not None and answer.new_tokens:
+                (firsts if part != clip["text"] else seconds).append(answer.ms)
+                tokens.append(answer.new_tokens)
+    rss_after = read_sample(os.getpid(), "after the text model").rss_kb
+    grown = ("" if rss_before is None or rss_after is None
+             else f", {(rss_after - rss_before) / 1024:.0f} MB more resident")
+    every = firsts + seconds
+    return (f"text view (one thread): read in {load_ms:.0f} ms{grown}; per final median {np.median(every):.1f} ms, "
+            f"p95 {nearest_rank(every, 95):.1f} ms, max {max(every):.1f} ms ({len(every)} finals, median "
+            f"{np.median(tokens):.0f} new tokens, max {max(tokens)}); a turn's second final "
+            f"(its earlier words cached) median {np.median(seconds):.1f} ms")
+
+
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", type=Path, help="model cache holding smollm2-turn/, for the text view's cost")
+    args = parser.parse_args()
     table = json.loads(TABLE.read_text())
     clips = table["clips"]
     config = AppConfig()
-    rss_before = read_sample(os.getpid(), "before the LM").rss_kb
-    started = time.perf_counter()
-    available = load_model() is not None  # once per process, before anything else reads it
-    load_ms = (time.perf_counter() - started) * 1000.0
-    rss_after = read_sample(os.getpid(), "after the LM").rss_kb
-    grown = ("" if rss_before is None or rss_after is None
-             else f", {(rss_after - rss_before) / 1024:.0f} MB more resident")
-    oofs = {"fused, no LM": leave_one_speaker_out(clips, WITHOUT_LM),
-            "fused": leave_one_speaker_out(clips, load_combiner().features),
-            "fused, LM absent": leave_one_speaker_out(clips, load_combiner().features, lm_absent=True)}
+    features = load_combiner().features
+    oofs = {"text view alone": leave_one_speaker_out(clips, CANDIDATE_SETS["text_end + han"]),
+            "fused, no text view": leave_one_speaker_out(clips, WITHOUT_TEXT),
+            "fused": leave_one_speaker_out(clips, features),
+            "fused, text view absent": leave_one_speaker_out(clips, features, text_absent=True)}
     print(f"{len(clips)} clips, {len({c['speaker'] for c in clips})} speakers; fused scores leave-one-speaker-out; "
           f"shipped settings: turn.threshold {config.turn.threshold}, fused_threshold {config.turn.fused_threshold}, "
           f"looks {list(config.turn.fused_looks_ms)} ms, wait {config.turn.wait_ms} ms\n")
     print(report(clips, oofs, config))
     median, worst = decision_cost(clips)
-    texts = [c["text"] for c in clips]
-    started = time.perf_counter()
-    for text in texts * 10:
-        sentence_end(text)
-    lm_us = (time.perf_counter() - started) * 1e6 / (10 * len(texts))
-    print(f"\nfused decision cost (prosody + words with the LM + combiner, one thread): median {median:.2f} ms, "
-          f"max {worst:.2f} ms per turn (50 turns of 3 s); of it the sentence-end LM {lm_us:.0f} us per turn; "
-          "reading that LM, once per process: "
-          + (f"{load_ms:.0f} ms{grown} (pocketsphinx included)" if available else
-             "not available here (the rows use the table's cached scores; the LM's own cost is not measured)"))
+    print(f"\nfused decision cost without the text view (prosody + words + combiner, one thread): median "
+          f"{median:.2f} ms, max {worst:.2f} ms per turn (50 turns of 3 s)")
+    if args.models is not None:
+        print(text_view_cost(args.models / "smollm2-turn", clips))
     return 0
 
 

@@ -7,10 +7,12 @@ probability that the sentence ends after the transcript's last word), and the pr
 turn's end. The audio model gets ``CONTEXT_MS`` of silence
 before the speech, like the seat's ``turn.context_ms``. Whisper and TurnSense dominate the cost
 (about 1 s per clip on one core), so their outputs are cached per clip under its audio's sha1;
-the prosody and the sentence-end LM's score (``sentence_end.py``) are computed afresh
-(milliseconds); the table keeps that score so training and the report need no LM installed.
+the prosody and the text view's log-odds (``turn/text_model.py``, from ``smollm2-turn`` in the
+model cache) are computed afresh (milliseconds); the table keeps that score so training and the
+report need no text model installed.
 
-    PYTHONPATH=. python -m utils.turns.extract    # writes utils/turns/data/features.json
+    PYTHONPATH=. python -m utils.turns.extract --models <cache>   # writes utils/turns/data/features.json
+    PYTHONPATH=. python -m utils.turns.extract --models <cache> --rescore-text   # only text_end, from the table's text
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from kitt_stt.turn.prosody import prosody
-from kitt_stt.turn.sentence_end import load_model, sentence_end
+from kitt_stt.turn.text_model import TextModelError, TurnTextModel
 from kitt_stt.turnsense.model import MODEL_FILE, TurnSenseModel
 from utils.turns.corpus import Clip, build
 from utils.turns.recognizer_view import RecognizerView
@@ -65,15 +67,32 @@ def model_outputs(clip: Clip, turnsense: TurnSenseModel, whisper: dict, whisper_
     }
 
 
+def _text_end(text_model: TurnTextModel, text: str) -> float | None:
+    answer = text_model.end_of_turn(text)
+    return None if answer is None else round(answer.log_odds, 4)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", type=Path, required=True, help="model cache with turnsense/ and whisper-base/")
+    parser.add_argument("--models", type=Path, required=True,
+                        help="model cache with turnsense/, whisper-base/ and smollm2-turn/")
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "kitt-stt" / "eot-corpus")
     parser.add_argument("--out", type=Path, default=TABLE)
+    parser.add_argument("--rescore-text", action="store_true",
+                        help="recompute only text_end from each clip's transcript in --out (no audio, no corpus)")
     args = parser.parse_args()
-    if load_model() is None:  # every clip's sentence_end would be 0 and the fit would learn nothing from it
-        print("extract: the sentence-end LM is not available (pip install -e '.[eot-lm]')", file=sys.stderr)
+    try:
+        text_model = TurnTextModel(args.models / "smollm2-turn")
+    except TextModelError as exc:  # every clip's text_end would be missing and the fit would learn nothing from it
+        print(f"extract: {exc}", file=sys.stderr)
         return 2
+    if args.rescore_text:
+        table = json.loads(args.out.read_text())
+        for row in table["clips"]:
+            row["text_end"] = _text_end(text_model, row["text"])
+        args.out.write_text(json.dumps(table, indent=1, ensure_ascii=False) + "\n")
+        print(f"{len(table['clips'])} clips rescored -> {args.out}", file=sys.stderr)
+        return 0
     clips, notes = build(args.cache)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
@@ -92,7 +111,7 @@ def main() -> int:
             features = model_outputs(clip, turnsense, whisper, args.models / "whisper-base", view)
             cached.write_text(json.dumps(features))
         features["prosody"] = [round(value, 6) for value in prosody(with_pause(clip.samples, LOOKS_MS[0])).as_list()]
-        features["sentence_end"] = sentence_end(features["text"])  # kept whole: train.py fits on it
+        features["text_end"] = _text_end(text_model, features["text"])
         rows.append({"source": clip.source, "speaker": clip.speaker, "lang": clip.lang, "name": clip.name,
                      "complete": clip.complete, "cut": clip.cut, "synthetic": clip.synthetic,
                      "speech_ms": round(len(clip.samples) / 16.0), **features})

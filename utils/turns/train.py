@@ -40,15 +40,22 @@ STEPS = 4000
 LEARNING_RATE = 0.2
 L2 = 0.02
 DIGITS = 4
-# the combiner before the sentence-end language model (0.4.0), the baseline of the comparisons
-WITHOUT_LM = ("model_logit", "silence_s", "unfinished", "complete_form", "pitch_final")
+# the combiner without a text view (0.4.0's features), the baseline of the comparisons
+WITHOUT_TEXT = ("model_logit", "silence_s", "unfinished", "complete_form", "pitch_final")
 CANDIDATE_SETS: dict[str, tuple[str, ...]] = {
-    "0.4.0 (no LM)": WITHOUT_LM,
-    "0.4.0 + sentence_end": (*WITHOUT_LM, "sentence_end"),
-    "model + sentence_end": ("model_logit", "sentence_end"),
-    "model + sentence_end + unfinished": ("model_logit", "sentence_end", "unfinished"),
-    "model + silence + sentence_end + pitch_final": ("model_logit", "silence_s", "sentence_end", "pitch_final"),
-    "sentence_end alone": ("sentence_end",),
+    "0.4.0 (no text view)": WITHOUT_TEXT,
+    "0.4.0 + text_end": (*WITHOUT_TEXT, "text_end"),
+    "model + text_end": ("model_logit", "text_end"),
+    "model + silence + text_end": ("model_logit", "silence_s", "text_end"),
+    "model + silence + text_end + unfinished": ("model_logit", "silence_s", "text_end", "unfinished"),
+    "model + silence + text_end + complete_form": ("model_logit", "silence_s", "text_end", "complete_form"),
+    "model + silence + text_end + words": ("model_logit", "silence_s", "text_end", "unfinished", "complete_form"),
+    "model + silence + text_end + han": ("model_logit", "silence_s", "text_end", "han_text"),
+    "model + silence + text_end + han + unfinished": ("model_logit", "silence_s", "text_end", "han_text", "unfinished"),
+    "model + silence + text_end + han + words": ("model_logit", "silence_s", "text_end", "han_text", "unfinished",
+                                                 "complete_form"),
+    "text_end + han": ("text_end", "han_text"),
+    "text_end alone": ("text_end",),
 }
 COMPARE_GROUPS: dict[str, Callable[[dict], bool]] = {
     "human en": lambda c: not c["synthetic"] and c["lang"] == "en",
@@ -60,10 +67,10 @@ COMPARE_GROUPS: dict[str, Callable[[dict], bool]] = {
 
 
 def clip_words(clip: dict) -> WordEvidence:
-    """The words' evidence with the sentence-end score as extract.py cached it: training and the
-    studies need no LM installed."""
-    def cached(_text: str) -> float:
-        return float(clip["sentence_end"])
+    """The words' evidence with the text view's log-odds as extract.py cached it: training and the
+    studies need no text model installed."""
+    def cached(_text: str) -> float | None:
+        return clip["text_end"]
 
     return word_evidence(clip["text"], cached)
 
@@ -84,11 +91,13 @@ def samples(clips: list[dict], features: tuple[str, ...] = FEATURES
 
 def fit(x: np.ndarray, y: np.ndarray) -> dict:
     """Standardise, then gradient descent on the class-balanced log loss plus L2; rounded. The
-    caller names the columns (``{"features": ..., **fit(x, y)}``): it knows what it stacked."""
-    mean = np.round(x.mean(axis=0), DIGITS)
-    spread = np.round(x.std(axis=0), DIGITS)
+    caller names the columns (``{"features": ..., **fit(x, y)}``): it knows what it stacked.
+    A NaN entry is "no opinion" and is fitted as the column's mean, as the combiner scores it."""
+    mean = np.round(np.nanmean(x, axis=0), DIGITS)
+    spread = np.round(np.nanstd(x, axis=0), DIGITS)
     scale = np.where(spread > 0, spread, 1.0)  # checked after rounding: a tiny spread must not round to 0
-    z = (x - mean) / scale
+    # NaN is "no opinion" (the text view without words): the mean, as the combiner scores it
+    z = np.nan_to_num((x - mean) / scale, nan=0.0)
     positives = max(1.0, float(y.sum()))
     negatives = max(1.0, float(len(y) - y.sum()))
     sample_weight = np.where(y > 0.5, len(y) / (2 * positives), len(y) / (2 * negatives))
@@ -104,13 +113,13 @@ def fit(x: np.ndarray, y: np.ndarray) -> dict:
 
 
 def leave_one_speaker_out(clips: list[dict], features: tuple[str, ...] = FEATURES,
-                          lm_absent: bool = False) -> dict[str, dict[str, float]]:
+                          text_absent: bool = False) -> dict[str, dict[str, float]]:
     """Held-out confidence per clip name and look, each from a fit without the clip's speaker.
-    ``lm_absent``: score the held-out clips as a server without the LM would (sentence_end 0)."""
+    ``text_absent``: score the held-out clips as a server without the text view would (no opinion)."""
     out: dict[str, dict[str, float]] = {}
     for speaker in sorted({clip["speaker"] for clip in clips}):
         train = [clip for clip in clips if clip["speaker"] != speaker]
-        held = [{**clip, "sentence_end": 0.0} if lm_absent else clip for clip in clips if clip["speaker"] == speaker]
+        held = [{**clip, "text_end": None} if text_absent else clip for clip in clips if clip["speaker"] == speaker]
         combiner = Combiner.from_dict({"features": list(features), **fit(*samples(train, features)[:2])})
         x, _, keys = samples(held, features)
         for row, (index, look) in zip(x, keys, strict=True):
