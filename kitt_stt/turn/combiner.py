@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from pathlib import Path
 
-from kitt_stt.turn.features import FEATURES, KINDS
+from kitt_stt.turn.features import EVIDENCE_KINDS, FEATURES, KINDS
 
 WEIGHTS_FILE = Path(__file__).resolve().parent / "fused_weights.json"
 
@@ -72,7 +72,8 @@ class Combiner:
         """Confidence for a vector built in ``self.features`` order (``features.feature_vector``). A NaN
         entry is "no opinion" (the text view without words or without its model): it counts as the
         training mean, so it pushes neither way."""
-        contributions: dict[str, float] = {}
+        # every kind, weighed or not: the commit's metadata names the same four (docs/protocol.md)
+        contributions = dict.fromkeys(EVIDENCE_KINDS, 0.0)
         total = self.bias
         for value, mean, scale, weight, group in zip(vector, self.mean, self.scale, self.weights, self.kinds,
                                                       strict=True):

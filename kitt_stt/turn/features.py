@@ -25,7 +25,8 @@ from kitt_stt.turn.words import WordEvidence
 KINDS = {"model_logit": "model", "silence_s": "silence", "unfinished": "words", "complete_form": "words",
          "text_end": "words", "han_text": "words", "pitch_final": "prosody", "pitch_slope": "prosody",
          "energy_slope": "prosody", "final_lengthening": "prosody"}
-FEATURES = ("model_logit", "silence_s", "text_end", "han_text")
+EVIDENCE_KINDS = ("model", "silence", "words", "prosody")
+FEATURES = ("text_end", "han_text")
 _P_FLOOR = 0.004  # the int8 model's outputs lie in 0.0047 .. 0.9909
 
 

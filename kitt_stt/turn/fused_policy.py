@@ -47,10 +47,13 @@ class FusedPolicy(EotPolicy):
         self.hold = hold
         # the text view only where the weights weigh it (policy_factory loads it only then)
         self._text_model = text_model if "text_end" in combiner.features else None
+        self._weighs_prosody = "prosody" in combiner.kinds  # the shipped weights do not: no pitch tracking then
+        # a second look brings a new p and a longer silence: weights that weigh neither would score it the same
+        self._looks_again = bool({"model", "silence"} & set(combiner.kinds))
 
     async def decide(self, context: TurnContext) -> Decision:
         settings = self.settings
-        words, shape = await _evidence(context, self._text_model)
+        words, shape = await _evidence(context, self._text_model, self._weighs_prosody)
         ending = context.ending(self.hold)
         held = ending is TextEnding.UNFINISHED
         wait_ms = self.hold.wait_ms if held else settings.wait_ms
@@ -67,7 +70,7 @@ class FusedPolicy(EotPolicy):
         # second looks: not for a held turn (its words wait), and none past the fallback
         look = context.look
         for look_ms in settings.looks_ms:
-            if held or look is None:
+            if held or look is None or not self._looks_again:
                 break
             target = look_ms - settings.silence_at_decision_ms
             if target >= wait_ms:
@@ -119,10 +122,11 @@ async def _owned_look(future: asyncio.Future[TurnPrediction] | None, remaining_m
 _EVIDENCE_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="turn-evidence")
 
 
-async def _evidence(context: TurnContext, text_model: TurnTextModel | None) -> tuple[WordEvidence, Prosody]:
-    """The words' evidence (with the text view's log-odds when the policy has one) and the prosody
-    of the turn's end, off the event loop."""
-    audio = context.look.audio() if context.look is not None else None
+async def _evidence(context: TurnContext, text_model: TurnTextModel | None,
+                    weighs_prosody: bool) -> tuple[WordEvidence, Prosody]:
+    """The words' evidence (with the text view's log-odds when the policy has one) and, when the
+    weights weigh it, the prosody of the turn's end, off the event loop."""
+    audio = context.look.audio() if context.look is not None and weighs_prosody else None
     end_score = None if text_model is None else _log_odds(text_model)
 
     def work() -> tuple[WordEvidence, Prosody]:

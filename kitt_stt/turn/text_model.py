@@ -41,6 +41,7 @@ from kitt_stt.models.llama_export import (
 SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 PREFIX = f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n"
 MAX_TEXT_TOKENS = 192  # a turn's last words: ~40 s of speech; longer turns keep their end
+MIN_NEW_TOKENS = 2  # rows per run when the cache could leave one (_longest_cached)
 CACHED_TOKENS = 1024  # tokens of keys and values kept across turns (~46 KB each: ~47 MB at most)
 _PUNCTUATION = re.compile(r"[^\w\s']|_")
 _LOG_ODDS_LIMIT = 30.0
@@ -119,11 +120,13 @@ class TurnTextModel:
 
     def _longest_cached(self, ids: tuple[int, ...]) -> tuple[list[np.ndarray], int]:
         """The keys and values (per layer key, value) of the longest cached start of ``ids``, at least
-        the prefix, and its length; one token is always left to run: the answer is read at the last."""
+        the prefix, and its length. ``MIN_NEW_TOKENS`` are always left to run: the answer is read at
+        the last, and onnxruntime's Q4_1 kernel takes another path for one row than for several, whose
+        answers differ by up to a nat; with two or more rows a text scores the same whatever was cached."""
         prefix = len(self._prefix_ids)
         best, best_length = None, prefix
         for entry in self._cache.values():
-            length = _common_length(entry.ids, ids, len(ids) - 1)
+            length = _common_length(entry.ids, ids, len(ids) - MIN_NEW_TOKENS)
             if length > best_length:
                 best, best_length = entry, length
         if best is None:

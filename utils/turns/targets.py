@@ -33,6 +33,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from kitt_stt.turn.combiner import load_combiner
 from kitt_stt.turn.features import FEATURES, feature_values
 from kitt_stt.turn.prosody import Prosody
 from utils.performance.toolkit.stats import nearest_rank_position
@@ -60,22 +61,32 @@ def _named(names: tuple[str, ...]) -> Row:
     return row
 
 
+FUSED = ("model_logit", "silence_s", *FEATURES)  # the audio model and the silence with the text view
+
+
 def _with_view(clip: dict, look: int) -> list[float]:
-    """The shipped features plus the recognizer's view (whisper-base's decoder, ~370 ms a turn)."""
-    return [*_named(FEATURES)(clip, look), clip_view(clip).ends_logit()]
+    """p, silence and the text view plus the recognizer's view (whisper-base's decoder, ~370 ms a turn)."""
+    return [*_named(FUSED)(clip, look), clip_view(clip).ends_logit()]
+
+
+def _shipped(clip: dict, look: int) -> float:
+    """The shipped weights' confidence: fitted on the phrase table, so every clip is held out."""
+    combiner = load_combiner()
+    return combiner.score([_values(clip, look)[name] for name in combiner.features]).confidence
 
 
 FITTED: dict[str, Row] = {
     "model's p + silence": _named(("model_logit", "silence_s")),
-    "shipped features (p, silence, words, LM, final pitch)": _named(FEATURES),
-    "shipped + all prosody": _named((*FEATURES, *PROSODY_EXTRA)),
-    "shipped + recognizer's view (~370 ms a turn)": _with_view,
+    "p + silence + text view": _named(FUSED),
+    "p + silence + text view + all prosody": _named((*FUSED, "pitch_final", *PROSODY_EXTRA)),
+    "p + silence + text view + recognizer's view (~370 ms a turn)": _with_view,
 }
 VIEW_ALONE = "recognizer's view alone (~370 ms a turn)"
 # single signals, no fit: the higher, the likelier the turn is over
 ALONE: dict[str, Callable[[dict, int], float]] = {
+    "shipped weights (text view, fitted on the phrase table)": _shipped,
     "TurnSense p alone": lambda clip, look: clip["p"][str(look)],
-    "sentence_end alone": lambda clip, _look: float(clip["sentence_end"]),
+    "text view alone": lambda clip, _look: -99.0 if clip["text_end"] is None else float(clip["text_end"]),
     "falling final pitch alone": lambda clip, look: -_values(clip, look)["pitch_final"],
     VIEW_ALONE: lambda clip, _look: clip_view(clip).ends_logit(),
 }
