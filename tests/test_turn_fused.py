@@ -25,14 +25,15 @@ from kitt_stt.turn.prosody import NEUTRAL, prosody
 from kitt_stt.turn.words import word_evidence
 from kitt_stt.turnsense.model import TurnPrediction
 from utils.turns.extract import TABLE
-from utils.turns.text_dev import TABLE as DEV_TABLE
 from utils.turns.recognizer_view import TokenKind, View, continuation_bytes, threshold_for, token_kinds
 from utils.turns.scores import auc
+from utils.turns.text_dev import TABLE as DEV_TABLE
 from utils.turns.train import weights_text
 
 REPO = Path(__file__).resolve().parents[1]
 # confidence = sigmoid(model logit) = p; the silence weighs nothing
-P_ONLY = Combiner(mean=(0.0, 0.0), scale=(1.0, 1.0), weights=(1.0, 0.0), bias=0.0, features=("model_logit", "silence_s"))
+P_ONLY = Combiner(mean=(0.0, 0.0), scale=(1.0, 1.0), weights=(1.0, 0.0), bias=0.0,
+                  features=("model_logit", "silence_s"))
 HOLD = HoldRule(enabled=True, threshold=1.01, wait_ms=500)
 
 
