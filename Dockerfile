@@ -149,9 +149,9 @@ CMD ["kitt-stt", "serve", "--config", "/app/config-k8s.yaml"]
 
 # --- CPU (the default target) ------------------------------------------------------------------
 FROM base AS cpu
-# cpu-x86_64.txt: the CPU lock plus the eot-lm extra (pocketsphinx, x86-64 wheels only).
+# The CPU lock, the models builder stage's too.
 RUN --mount=type=bind,from=wheel,source=/dist,target=/dist \
-    pip install --require-hashes --no-deps --only-binary=:all: -r /opt/kitt-stt/locks/cpu-x86_64.txt \
+    pip install --require-hashes --no-deps --only-binary=:all: -r /opt/kitt-stt/locks/cpu.txt \
  && pip install --no-deps /dist/kitt_stt-*.whl
 COPY config.yaml config-k8s.yaml config-k3s-orin.yaml ./
 COPY --from=models --chown=10001:10001 /models /var/cache/kitt-stt/models

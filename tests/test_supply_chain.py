@@ -20,7 +20,7 @@ from tests.test_images import DOCKERFILE, DOCKERFILE_ORIN, PINS, ROOT, instructi
 
 LOCKS = ROOT / "deployment" / "locks"
 #: The lock each image (or build stage) installs from.
-IMAGE_LOCKS = {"cpu": "cpu-x86_64.txt", "gpu": "gpu-x86_64.txt", "orin": "orin-aarch64.txt", "wheel": "build.txt",
+IMAGE_LOCKS = {"cpu": "cpu.txt", "gpu": "gpu-x86_64.txt", "orin": "orin-aarch64.txt", "wheel": "build.txt",
                "models-service": "cpu.txt"}
 #: Installs that are pinned by version but not hashed, each for a reason that is documented in
 #: docs/deployment.md ("Supply chain"): the index that serves them is not reachable where the
@@ -171,7 +171,6 @@ def _requirement_names() -> set[str]:
 
 @pytest.mark.parametrize("lock_name,pins_names,gpu", [
     ("cpu.txt", ["cpu.txt"], None),
-    ("cpu-x86_64.txt", ["cpu.txt"], None),
     ("gpu-x86_64.txt", ["cpu.txt", "gpu-x86_64.txt"], "onnxruntime-gpu"),
     ("orin-aarch64.txt", ["orin.txt"], "jetson"),
 ])
