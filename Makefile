@@ -103,7 +103,7 @@ test-latest: $(CONSOLE_LIB) $(CHROMIUM)
 	$(VENV_LATEST)/bin/python -m pip install --quiet --upgrade pip
 	$(VENV_LATEST)/bin/python -m pip install --quiet -r $(LOCKS)/dev.in
 	$(VENV_LATEST)/bin/python -m pip install --quiet --upgrade --upgrade-strategy eager -c $(LOCKS)/dev.in \
-	  -e '.[dev,convert,pipecat,livekit,eot-lm]'
+	  -e '.[dev,convert,pipecat,livekit]'
 	$(VENV_LATEST)/bin/python -m pip freeze --exclude-editable > $(VENV_LATEST)/resolved.txt
 	@echo "make: testing on today's releases ($(VENV_LATEST)/resolved.txt; differences from $(DEV_LOCK) below)"
 	@$(VENV_LATEST)/bin/python utils/lock_drift.py $(DEV_LOCK) $(VENV_LATEST)/resolved.txt

@@ -34,8 +34,9 @@ from kitt_stt.scheduler import InferenceScheduler
 
 FRAME_BYTES = 640  # 20 ms of 16 kHz int16
 
-# Where pyproject's `eot-lm` extra installs pocketsphinx 5.0.4 (Linux wheels: CPython 3.10-3.13 on
-# x86_64; none for aarch64): its tests skip only elsewhere and must find it installed here.
+# Where pyproject's `dev` extra installs pocketsphinx 5.0.4 (the turn studies' aligner and corpus;
+# Linux wheels: CPython 3.10-3.13 on x86_64, none for aarch64): its tests skip only elsewhere and
+# must find it installed here.
 POCKETSPHINX_WHEEL = platform.machine() == "x86_64" and sys.version_info < (3, 14)
 
 

@@ -27,6 +27,9 @@ DOCKERFILE_ORIN = ROOT / "Dockerfile.orin"
 #: The stages that are images (build targets) in each Dockerfile; the last stage is always one.
 TARGETS = {DOCKERFILE: ("cpu", "gpu"), DOCKERFILE_ORIN: ("orin",)}
 MODEL_CACHE = "/var/cache/kitt-stt/models"
+#: The registry models every service image bakes (the models-service stage pulls them) and checks in
+#: its smoke test: the audio and text end-of-turn models and the VAD. SenseVoice is mounted instead.
+BAKED_MODELS = ("turnsense", "smollm2-turn", "silero-vad")
 TRT_CACHE = "/var/cache/kitt-stt/trt"
 
 #: onnxruntime-gpu releases on PyPI -> (CUDA major, TensorRT major.minor of its TensorRT provider).
@@ -307,6 +310,11 @@ def test_dockerfile_targets_cpu_default_and_gpu() -> None:
     assert names[-1] == "cpu", "the CPU image must stay the default target (the last stage)"
 
 
+def _runs(commands: str, command: str) -> bool:
+    """``command`` is in ``commands`` as a whole command (``verify turnsense`` is not ``verify turnsense-2``)."""
+    return re.search(rf"(?:^|\s){re.escape(command)}(?![\w.-])", commands) is not None
+
+
 @pytest.mark.parametrize("dockerfile", [DOCKERFILE, DOCKERFILE_ORIN], ids=lambda p: p.name)
 def test_images_carry_the_models_and_a_smoke_test(dockerfile: Path) -> None:
     text = dockerfile.read_text()
@@ -319,7 +327,9 @@ def test_images_carry_the_models_and_a_smoke_test(dockerfile: Path) -> None:
         assert any(copy.startswith("--from=models") and copy.endswith(f" {MODEL_CACHE}") for copy in copies)
         after_user = [ins for ins in stage.instructions[[i.keyword for i in stage.instructions].index("USER"):]]
         smoke = " ".join(ins.args for ins in after_user if ins.keyword == "RUN")
-        assert "kitt-stt doctor" in smoke and "kitt-stt models verify turnsense" in smoke
+        assert "kitt-stt doctor" in smoke
+        for model in BAKED_MODELS:
+            assert _runs(smoke, f"kitt-stt models verify {model}"), f"{stage.name}: does not verify {model}"
         if stage.name in ("gpu", "orin"):  # no GPU at build time: everything but the device
             assert "kitt-stt doctor --no-device --config" in smoke
             # SenseVoice runs there (mounted): the whisper-base cache (~0.18 GB) stays out
@@ -332,7 +342,10 @@ def test_images_carry_the_models_and_a_smoke_test(dockerfile: Path) -> None:
         assert not any(key.startswith("KITT_STT__ASR__TENSORRT__") for key in env)
     names = [s.name for s in stages]
     service_models = " ".join(stages[names.index("models-service")].all("RUN"))
-    assert "torch" not in service_models and "models pull turnsense" in service_models
+    assert "torch" not in service_models
+    for model in BAKED_MODELS:
+        assert _runs(service_models, f"kitt-stt models pull {model}"), f"models-service: does not pull {model}"
+        assert _runs(service_models, f"kitt-stt models verify {model}"), f"models-service: does not verify {model}"
     if "models" in names:  # the CPU image's whisper-base, converted with torch
         assert "models prepare" in " ".join(stages[names.index("models")].all("RUN"))
 

@@ -20,7 +20,7 @@ from tests.test_images import DOCKERFILE, DOCKERFILE_ORIN, PINS, ROOT, instructi
 
 LOCKS = ROOT / "deployment" / "locks"
 #: The lock each image (or build stage) installs from.
-IMAGE_LOCKS = {"cpu": "cpu-x86_64.txt", "gpu": "gpu-x86_64.txt", "orin": "orin-aarch64.txt", "wheel": "build.txt",
+IMAGE_LOCKS = {"cpu": "cpu.txt", "gpu": "gpu-x86_64.txt", "orin": "orin-aarch64.txt", "wheel": "build.txt",
                "models-service": "cpu.txt"}
 #: Installs that are pinned by version but not hashed, each for a reason that is documented in
 #: docs/deployment.md ("Supply chain"): the index that serves them is not reachable where the
@@ -171,7 +171,6 @@ def _requirement_names() -> set[str]:
 
 @pytest.mark.parametrize("lock_name,pins_names,gpu", [
     ("cpu.txt", ["cpu.txt"], None),
-    ("cpu-x86_64.txt", ["cpu.txt"], None),
     ("gpu-x86_64.txt", ["cpu.txt", "gpu-x86_64.txt"], "onnxruntime-gpu"),
     ("orin-aarch64.txt", ["orin.txt"], "jetson"),
 ])
@@ -195,31 +194,63 @@ def test_locks_agree_with_the_pins_and_the_project(lock_name: str, pins_names: l
         assert "onnxruntime" not in locked and "onnxruntime-gpu" not in locked
 
 
-def _eot_lm_requirement() -> tuple[str, str]:
-    """pyproject.toml's `eot-lm` extra: (name, version) of its one requirement, pocketsphinx."""
-    match = re.search(r'^eot-lm = \["([A-Za-z0-9._-]+)==([^;"]+)[;"]', (ROOT / "pyproject.toml").read_text(),
-                      re.MULTILINE)
-    assert match, "pyproject.toml: no eot-lm extra"
-    return match.group(1).lower(), match.group(2).strip()
+#: The Python and machine each image lock is resolved for (utils/lock_images.sh); cpu.txt resolves
+#: the same on aarch64 (the models builder stage on arm64 machines), which the script checks.
+IMAGE_PLATFORMS = {"cpu.txt": ("3.11", "x86_64"), "gpu-x86_64.txt": ("3.11", "x86_64"),
+                   "orin-aarch64.txt": ("3.10", "aarch64")}
+#: What the end-of-turn text model (smollm2-turn) needs besides onnxruntime and numpy: gguf converts
+#: it in the models builder stage (cpu.txt), tokenizers runs at install and at run time, on every image.
+TEXT_MODEL_PACKAGES = ("gguf", "tokenizers")
 
 
-@pytest.mark.parametrize("lock_name", ["cpu-x86_64.txt", "gpu-x86_64.txt"])
-def test_the_x86_64_service_images_carry_the_eot_lm_extra(lock_name: str) -> None:
-    """turn.policy fused's language model (pocketsphinx) is in the x86-64 images, at pyproject's
-    version; without it the feature would go quietly neutral (docs/turns.md)."""
-    name, version = _eot_lm_requirement()
+def _project_table() -> dict:
+    import tomllib  # 3.11+ (this module's tests are unmarked: they run on 3.11+ only)
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def version_problems(locked: dict[str, str], requirements: list[str], python: str, machine: str) -> list[str]:
+    """Each requirement that applies on this Python and machine and is in the lock is locked at a
+    version its specifier allows (a lower bound raised without `make locks` is named here)."""
+    from packaging.requirements import Requirement
+
+    environment = {"python_version": python, "python_full_version": f"{python}.0", "platform_machine": machine,
+                   "sys_platform": "linux", "platform_system": "Linux", "implementation_name": "cpython", "extra": ""}
+    problems = []
+    for line in requirements:
+        requirement = Requirement(line)
+        name = requirement.name.lower().replace("_", "-")
+        if (requirement.marker is not None and not requirement.marker.evaluate(environment)) or name not in locked:
+            continue
+        if not requirement.specifier.contains(locked[name], prereleases=True):
+            problems.append(f"{name} {locked[name]}: pyproject.toml wants {requirement.specifier}")
+    return problems
+
+
+@pytest.mark.parametrize("lock_name", sorted(IMAGE_PLATFORMS))
+def test_the_image_locks_are_within_pyprojects_ranges(lock_name: str) -> None:
     locked, _ = lock_problems((LOCKS / lock_name).read_text())
-    assert locked.get(name) == version, f"{lock_name}: {name} {locked.get(name)}, eot-lm wants {version}"
+    assert version_problems(locked, _project_table()["dependencies"], *IMAGE_PLATFORMS[lock_name]) == []
 
 
-def test_the_orin_image_has_no_eot_lm_and_the_docs_say_so() -> None:
-    """pocketsphinx has no aarch64 wheel: the Orin lock cannot hold it, and docs/deployment.md says
-    what that means for turn.policy fused there."""
-    name, _ = _eot_lm_requirement()
-    locked, _ = lock_problems((LOCKS / "orin-aarch64.txt").read_text())
-    assert name not in locked
-    docs = " ".join((ROOT / "docs" / "deployment.md").read_text().split())
-    assert "no aarch64 wheel" in docs and "turn.policy: fused" in docs
+@pytest.mark.parametrize("lock_name", sorted(IMAGE_PLATFORMS))
+def test_every_image_carries_the_text_models_packages(lock_name: str) -> None:
+    """Runtime dependencies, not an extra: the images convert and run smollm2-turn (Dockerfiles)."""
+    runtime = {re.match(r"[A-Za-z0-9._-]+", line).group(0).lower() for line in _project_table()["dependencies"]}
+    locked, _ = lock_problems((LOCKS / lock_name).read_text())
+    for name in TEXT_MODEL_PACKAGES:
+        assert name in runtime, f"pyproject.toml: {name} is not a runtime dependency"
+        assert name in locked, f"{lock_name} lacks {name}: run `make locks`"
+
+
+@pytest.mark.parametrize("lock_name", sorted(IMAGE_PLATFORMS))
+def test_the_images_carry_no_dev_tools(lock_name: str) -> None:
+    """The dev extra (test tools, and pocketsphinx for the turn studies' aligner) stays out of the
+    images: none of its packages is in an image lock, even as another package's dependency."""
+    dev = {re.match(r"[A-Za-z0-9._-]+", line).group(0).lower().replace("_", "-")
+           for line in _project_table()["optional-dependencies"]["dev"]}
+    locked, _ = lock_problems((LOCKS / lock_name).read_text())
+    assert "pocketsphinx" in dev
+    assert sorted(dev & set(locked)) == []
 
 
 def test_the_locks_have_a_refresh_target() -> None:
@@ -255,3 +286,7 @@ RUN pip install -r /opt/locks/cpu.txt && pip install fastapi==0.110 \\
     assert "`pip wheel /src`: a wheel build that fetches its backend unhashed" in problems
     _, lock = lock_problems("fastapi==0.165.0\n    # via x\nuvicorn>=0.35 \\\n    --hash=sha256:" + "b" * 64 + "\n")
     assert lock == ["fastapi==0.165.0: no --hash=sha256", "'uvicorn>=0.35': not an exact `name==version` requirement"]
+    assert version_problems({"gguf": "0.16.0", "tokenizers": "0.23.3", "pocketsphinx": "5.0.3"},
+                            ["gguf>=0.17.1", "tokenizers>=0.21",
+                             "pocketsphinx==5.0.4; platform_machine == 'x86_64'"], "3.10", "aarch64") == [
+        "gguf 0.16.0: pyproject.toml wants >=0.17.1"]

@@ -7,7 +7,7 @@
 # someone moves RESOLVED_AS_OF forward, runs `make locks` and commits the diff (docs/testing.md).
 # uv's --exclude-newer resolves as the registry stood at that instant, so the same inputs and date
 # give the same files byte for byte. `make test-latest` runs the suite on what the ranges allow today.
-#   dev-py311.txt   `make test`'s .venv: runtime + convert (torch, CPU build) + dev + frameworks + eot-lm
+#   dev-py311.txt   `make test`'s .venv: runtime + convert (torch, CPU build) + dev + frameworks
 #   dev-py310.txt   `make test`'s .venv310 (JetPack 6's Python): the same without convert, resolved on
 #                   its own (several dependencies dropped 3.10 in releases the 3.11 lock takes)
 #   serve-py311.txt `make serve`'s .venv: runtime + convert only, at the dev lock's versions
@@ -38,7 +38,7 @@ compile() {  # compile <output> <python version> <inputs and options...>
 }
 
 compile dev-py311.txt 3.11 pyproject.toml "$LOCKS/dev.in" \
-    --extra convert --extra dev --extra pipecat --extra livekit --extra eot-lm
+    --extra convert --extra dev --extra pipecat --extra livekit
 compile dev-py310.txt 3.10 pyproject.toml \
-    --extra dev --extra pipecat --extra livekit --extra eot-lm
+    --extra dev --extra pipecat --extra livekit
 compile serve-py311.txt 3.11 pyproject.toml "$LOCKS/dev.in" --extra convert -c "$LOCKS/dev-py311.txt"

@@ -23,10 +23,11 @@ compile() {  # compile <output> <python version> <platform> <inputs and options.
         --output-file "$LOCKS/$output" "$@"
 }
 
-# CPU image (Dockerfile, target cpu, and the models builder stage of both Dockerfiles):
-# python:3.11-slim-bookworm (glibc 2.36). Resolved for x86-64; the image is also built on arm64
-# machines, so the same resolution for aarch64 must give the same file (the hashes cover every
-# wheel of each version), or this script stops.
+# CPU image (Dockerfile, target cpu) and the models builder stage of both Dockerfiles (which also
+# converts the end-of-turn text model: gguf and tokenizers are runtime dependencies, so this lock
+# has them): python:3.11-slim-bookworm (glibc 2.36), one lock for both. Resolved for x86-64; the
+# builder stage also runs on arm64 build machines, so the same resolution for aarch64 must give
+# the same file (the hashes cover every wheel of each version), or this script stops.
 compile cpu.txt 3.11 x86_64-manylinux_2_36 pyproject.toml -c "$PINS/cpu.txt"
 # Seeded with cpu.txt: uv keeps an output file's versions where they still resolve, so both
 # resolutions start from the same preferences instead of the check taking the newest releases.
@@ -39,20 +40,12 @@ if ! cmp -s "$LOCKS/cpu.txt" "$LOCKS/cpu-aarch64.check"; then
     exit 1
 fi
 rm -f "$LOCKS/cpu-aarch64.check"
-# The service images also carry the `eot-lm` extra (pocketsphinx: the language-model feature of
-# turn.policy fused, docs/turns.md), its version written once, in pyproject.toml. pocketsphinx
-# has wheels for x86-64 only (the extra's marker says so), so the CPU service image (x86-64) gets
-# a lock of its own, cpu-x86_64.txt; cpu.txt stays the builder stage's, the same on both arches.
-[ -e "$LOCKS/cpu-x86_64.txt" ] || cp "$LOCKS/cpu.txt" "$LOCKS/cpu-x86_64.txt"   # the same preferences, as above
-compile cpu-x86_64.txt 3.11 x86_64-manylinux_2_36 pyproject.toml --extra eot-lm -c "$PINS/cpu.txt"
 # x86-64 GPU image (Dockerfile, target gpu; RTX 4090 nodes). tensorrt-cu12-libs is not on PyPI
 # (only a stub of that name): the Dockerfile takes it from NVIDIA's index, pinned in its pins file.
-compile gpu-x86_64.txt 3.11 x86_64-manylinux_2_36 pyproject.toml --extra eot-lm "$LOCKS/gpu-x86_64.in" \
+compile gpu-x86_64.txt 3.11 x86_64-manylinux_2_36 pyproject.toml "$LOCKS/gpu-x86_64.in" \
     -c "$PINS/cpu.txt" -c "$PINS/gpu-x86_64.txt" --no-emit-package onnxruntime
-# Jetson Orin image (Dockerfile.orin): Ubuntu 22.04 (glibc 2.35), Python 3.10, aarch64. The
-# eot-lm extra resolves to nothing here (no aarch64 pocketsphinx wheel); asked for anyway, so the
-# day one appears it is locked without an edit here.
-compile orin-aarch64.txt 3.10 aarch64-manylinux_2_35 pyproject.toml --extra eot-lm "$LOCKS/orin-aarch64.in" \
+# Jetson Orin image (Dockerfile.orin): Ubuntu 22.04 (glibc 2.35), Python 3.10, aarch64.
+compile orin-aarch64.txt 3.10 aarch64-manylinux_2_35 pyproject.toml "$LOCKS/orin-aarch64.in" \
     -c "$PINS/orin.txt" --no-emit-package onnxruntime
 # kitt-stt's build backend (the wheel stage of both Dockerfiles; pure Python).
 compile build.txt 3.11 x86_64-manylinux_2_36 "$LOCKS/build.in"
