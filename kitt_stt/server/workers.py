@@ -38,6 +38,7 @@ from kitt_stt.server.liveness import start_liveness
 log = logging.getLogger(__name__)
 
 METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
+METRICS_PREFIX = "kitt-stt-metrics-"
 
 
 def serve_workers(config: AppConfig, host: str, port: int) -> int:
@@ -51,7 +52,8 @@ def serve_workers(config: AppConfig, host: str, port: int) -> int:
     except OSError as exc:
         print(f"error: cannot listen on {host}:{port} or the liveness port: {exc}", file=sys.stderr)
         return 1
-    metrics_dir = Path(tempfile.mkdtemp(prefix="kitt-stt-metrics-"))  # fresh per start: no stale series
+    _remove_stale_metrics()
+    metrics_dir = Path(tempfile.mkdtemp(prefix=f"{METRICS_PREFIX}{os.getpid()}-"))  # fresh per start: no stale series
     os.environ[METRICS_DIR_ENV] = str(metrics_dir)  # before any worker imports prometheus-client
     context = multiprocessing.get_context("spawn")  # a fresh interpreter: no fork of threads or CUDA state
     workers = [context.Process(target=_worker, args=(config, host, port, index, board), name=f"kitt-stt-worker-{index}")
@@ -101,6 +103,25 @@ def _check_port_free(host: str, port: int) -> None:
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         probe.bind((host, port))
+
+
+def _remove_stale_metrics() -> None:
+    """Directories a supervisor killed outright (SIGKILL, OOM) left behind: its pid is gone, or is
+    this process's own (a restarted container's PID 1 on a pod's emptyDir /tmp)."""
+    for stale in Path(tempfile.gettempdir()).glob(f"{METRICS_PREFIX}*-*"):
+        pid = stale.name[len(METRICS_PREFIX):].partition("-")[0]
+        if pid.isdigit() and (int(pid) == os.getpid() or not _alive(int(pid))):
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _forget(metrics_dir: Path, pid: int) -> None:
