@@ -19,9 +19,6 @@ from kitt_stt.config.loader import ConfigError, load_config
 def cmd_serve(args: argparse.Namespace) -> int:
     from kitt_stt.logs import configure_logging
     from kitt_stt.observability.trace import TracePathError, check_trace_path
-    from kitt_stt.server.runner import run
-    from kitt_stt.server.startup import StartupError, load_app
-    from kitt_stt.server.workers import serve_workers
 
     try:
         config = load_config(args.config).config
@@ -35,8 +32,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
             return _fail(str(exc))
     host = args.host or config.server.host
     port = config.server.port if args.port is None else args.port
-    if config.server.workers > 1:  # each worker process loads its own models (server/workers.py)
+    if config.server.workers > 1:  # each worker process loads its own models; this one none (server/workers.py)
+        from kitt_stt.server.workers import serve_workers
+
         return serve_workers(config, host, port)
+    from kitt_stt.server.runner import run
+    from kitt_stt.server.startup import StartupError, load_app
+
     try:
         app = load_app(config, log_buffer)
     except StartupError as exc:
