@@ -17,20 +17,8 @@ from kitt_stt.config.loader import ConfigError, load_config
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from kitt_stt.asr.factory import plan_engine
-    from kitt_stt.asr.providers import ProviderError
-    from kitt_stt.asr.sense_voice_model import ModelError
     from kitt_stt.logs import configure_logging
-    from kitt_stt.models.vad_model import prepare_vad
     from kitt_stt.observability.trace import TracePathError, check_trace_path
-    from kitt_stt.ops.trt_cache import prepare_serve
-    from kitt_stt.server.app import create_app
-    from kitt_stt.server.runner import run
-    from kitt_stt.turn.combiner import CombinerError
-    from kitt_stt.turn.policy_factory import build_policy
-    from kitt_stt.turn.text_model import TextModelError
-    from kitt_stt.turnsense.model import TurnModelError
-    from kitt_stt.turnsense.runner import build_turn_model
 
     try:
         config = load_config(args.config).config
@@ -42,28 +30,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
             check_trace_path(config.tracing.path)
         except TracePathError as exc:
             return _fail(str(exc))
-    started = time.perf_counter()
-    try:
-        config = prepare_serve(config)  # TensorRT: the keyed engine directory, its EP-context model if built
-        plan = plan_engine(config)  # checks now; the engine itself is built once /healthz answers
-    except (ModelError, ProviderError, ValueError, OSError) as exc:
-        return _fail(f"cannot load the ASR model: {exc}")
-    try:
-        turn_model = build_turn_model(config)
-    except (ModelError, TurnModelError) as exc:
-        return _fail(f"cannot load the end-of-turn model: {exc}")
-    try:
-        # each seat builds its own; refuse bad weights and a missing text model now, and read it once here
-        build_policy(config, turn_model is not None)
-    except (CombinerError, ModelError, TextModelError) as exc:
-        return _fail(f"cannot load the end-of-turn decision: {exc}")
-    try:
-        config = prepare_vad(config)
-    except ModelError as exc:
-        return _fail(f"cannot load the VAD model: {exc}")
     host = args.host or config.server.host
     port = config.server.port if args.port is None else args.port
-    app = create_app(config, plan, turn_model, log_buffer=log_buffer, load_seconds=time.perf_counter() - started)
+    if config.server.workers > 1:  # each worker process loads its own models; this one none (server/workers.py)
+        from kitt_stt.server.workers import serve_workers
+
+        return serve_workers(config, host, port)
+    from kitt_stt.server.runner import run
+    from kitt_stt.server.startup import StartupError, load_app
+
+    try:
+        app = load_app(config, log_buffer)
+    except StartupError as exc:
+        return _fail(str(exc))
     run(app, host, port, config.server.max_message_bytes, config.logging.level)
     return 0
 

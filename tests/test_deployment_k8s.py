@@ -516,7 +516,7 @@ def test_network_policy_admits_only_the_ingress_and_prometheus(overlay: str) -> 
     assert spec["policyTypes"] == ["Ingress"], "egress stays open (the model download)"
     server_ports = {p["name"]: p["containerPort"] for p in server_container(objects, overlay)["ports"]}
     service = one(objects, "Service")
-    assert {p["targetPort"] for p in service["spec"]["ports"]} == set(server_ports)
+    assert {p["targetPort"] for p in service["spec"]["ports"]} == set(server_ports) - {"liveness"}  # kubelet only
     assert server_ports["http"] == 8000
     peers = policy_peers(policy)
     assert peers == INGRESS_PEERS[overlay]
@@ -683,7 +683,10 @@ def test_probes_and_resources(overlay: str) -> None:
     server = server_container(objects, overlay)
     port_names = {p["name"] for p in server["ports"]}
     probes = {kind: server[kind] for kind in ("startupProbe", "livenessProbe", "readinessProbe")}
-    assert probes["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    # liveness off the event loop, on the port the config serves it on (server.liveness_port)
+    assert probes["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "liveness"}
+    liveness_port = {p["name"]: p["containerPort"] for p in server["ports"]}["liveness"]
+    assert effective_config(server).server.liveness_port == liveness_port
     assert probes["readinessProbe"]["httpGet"]["path"] == "/readyz"
     # /healthz answers while the engine is built; "started" means the engine is ready
     assert probes["startupProbe"]["httpGet"]["path"] == "/readyz"

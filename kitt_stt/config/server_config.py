@@ -56,6 +56,15 @@ class ServerConfig(Section):
     segment_starts: SegmentStartBudget = SegmentStartBudget()
     hotword_changes: HotwordChangeBudget = HotwordChangeBudget()
     max_seats: int = Field(default=8, ge=1, le=64)
+    # Seats of all connections on this server (all its workers together): a seat beyond it is refused
+    # (`overloaded`) and /readyz answers 503 `full` while it is reached; null: only max_connections x max_seats
+    max_server_seats: int | None = Field(default=None, ge=1)
+    # Server processes on one port (SO_REUSEPORT), each with its own event loop, sessions and models
+    workers: int = Field(default=1, ge=1, le=64)
+    # /livez on a port of its own, answered by a thread: fails when an event loop has made no progress
+    # for liveness_stall_s (wedged, not busy) or a worker failed; null: no such listener
+    liveness_port: int | None = Field(default=None, ge=1, le=65535)
+    liveness_stall_s: float = Field(default=10.0, gt=0, le=600)
     max_frame_ms: int = Field(default=1000, ge=10, le=1000)
     max_message_bytes: int = Field(default=1 << 20, ge=4096)
     outbound_queue_frames: int = Field(default=2000, ge=10)
@@ -80,6 +89,14 @@ class ServerConfig(Section):
             raise ValueError("an empty auth token would turn authentication off: remove the key (or set null) "
                              "to run without auth, or set a real token")
         return value
+
+    @model_validator(mode="after")
+    def _workers_need_a_port(self) -> ServerConfig:
+        if self.workers > 1 and self.port == 0:
+            raise ValueError("server.workers > 1 share one port: set server.port (0 would give each its own)")
+        if self.liveness_port is not None and self.liveness_port == self.port:
+            raise ValueError("server.liveness_port must differ from server.port")
+        return self
 
     @model_validator(mode="after")
     def _metrics_auth_needs_token(self) -> ServerConfig:

@@ -20,7 +20,7 @@ from functools import partial
 
 from fastapi import FastAPI, Request, WebSocket
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from kitt_stt import __version__
 from kitt_stt.asr.engine import AsrEngine
@@ -38,6 +38,7 @@ from kitt_stt.scheduler import InferenceScheduler, Priority
 from kitt_stt.server.api_docs import mount_api_docs
 from kitt_stt.server.auth import authorisation_failure, bearer_refusal, debug_refusal
 from kitt_stt.server.connection import CLOSE_TRY_AGAIN_LATER, Connection
+from kitt_stt.server.loop_watch import watch_loop
 from kitt_stt.server.openai_errors import install_error_handlers
 from kitt_stt.server.openai_routes import openai_router
 from kitt_stt.server.state import ServiceState
@@ -86,11 +87,13 @@ def create_app(config: AppConfig, engine: AsrEngine | EnginePlan, turn_model: Tu
         if writer is not None:
             writer.start()
         warm = asyncio.create_task(_load_and_warm_up(state, plan, load_seconds))
+        watch = asyncio.create_task(watch_loop(state))
         try:
             yield
         finally:
             await state.drain(config.server.shutdown_grace_s)
             warm.cancel()
+            watch.cancel()
             await asyncio.to_thread(scheduler.stop, 2.0)  # off the loop, one deadline for all workers
             await asyncio.to_thread(shared_worker().close)  # the drained finals needed it; nothing does now
             if turn_model is not None:
@@ -122,10 +125,13 @@ def create_app(config: AppConfig, engine: AsrEngine | EnginePlan, turn_model: Tu
 
     @app.get("/readyz")
     async def readyz() -> JSONResponse:
+        # 503 `full` at server.max_server_seats: sessions stay on the pod that took them, so new cars must
+        # go to another pod rather than be refused here; with workers, ready once every worker serves
         failure = state.failure
+        ready = state.serving and not state.seats_full and (state.board.workers == 1 or state.board.all_serving())
         body = {
-            "status": "ready" if state.serving else ("draining" if state.draining else
-                                                     "failed" if failure else "loading"),
+            "status": "ready" if ready else ("draining" if state.draining else "failed" if failure else
+                                             "full" if state.serving and state.seats_full else "loading"),
             "model": {"name": state.engine.info.name, "kind": state.engine.info.kind,
                       "provider": state.engine.info.provider},
             "turn_model": None if turn_model is None else {"provider": turn_model.model.provider.value},
@@ -133,7 +139,7 @@ def create_app(config: AppConfig, engine: AsrEngine | EnginePlan, turn_model: Tu
         }
         if failure:
             body["error"] = failure
-        return JSONResponse(body, status_code=200 if state.serving else 503)
+        return JSONResponse(body, status_code=200 if ready else 503)
 
     @app.get("/metrics")
     async def prometheus_metrics(request: Request) -> Response:
@@ -141,7 +147,7 @@ def create_app(config: AppConfig, engine: AsrEngine | EnginePlan, turn_model: Tu
             refusal = bearer_refusal(request.headers.get("authorization", ""), config.server.auth_token or "")
             if refusal is not None:
                 return refusal
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/debug/logs")
     async def debug_logs(request: Request) -> Response:
@@ -278,6 +284,8 @@ def _cannot_accept(state: ServiceState, address: str) -> tuple[str, str] | None:
         return "not_ready", "server is still loading its model; retry shortly"
     if len(state.connections) >= server.max_connections:
         return "full", f"server is at its limit of {server.max_connections} sessions"
+    if state.seats_full:
+        return "seats", f"server is at its limit of {server.max_server_seats} seats (server.max_server_seats)"
     per_ip = server.max_connections_per_client_ip
     if per_ip is not None and state.connections_per_ip[address] >= per_ip:
         return "per_address", f"this address already has {per_ip} sessions (server.max_connections_per_client_ip)"

@@ -242,6 +242,9 @@ class Connection:
                 self._dispatch(frame)
         except ProtocolError as error:
             self._error(error)
+            if error.fatal:  # no seat for a connection that holds none (server.max_server_seats): go elsewhere
+                await self._finish(EndReason.STOP, CLOSE_TRY_AGAIN_LATER)
+                return True
         except Exception:
             log.exception("session %s: frame handling failed", self.session_id)
             self._error(ProtocolError(ErrorCode.INTERNAL, "internal error while handling the frame"))
@@ -346,11 +349,8 @@ class Connection:
                 self._seats.get(seat)
 
     def _on_finalize(self, frame: FinalizeFrame) -> None:
-        if frame.seat is None:
-            seats = list(self._seats)
-        else:
-            found = self._seats.find(frame.seat)
-            seats = [found] if found is not None else []
+        found = self._seats.find(frame.seat)
+        seats = list(self._seats) if frame.seat is None else [found] if found is not None else []
         for seat in seats:
             task = seat.flush(EndReason.FINALIZE)
             if task is not None:

@@ -18,6 +18,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from kitt_stt.observability.redact import redact_handlers
+from kitt_stt.server.liveness import start_liveness
 from kitt_stt.server.state import ServiceState
 from kitt_stt.server.ws_transport import ResettableWebSocketProtocol
 
@@ -54,7 +55,11 @@ class DrainingServer(uvicorn.Server):
             self.should_exit = True
 
 
-def run(app: FastAPI, host: str, port: int, max_message_bytes: int, log_level: str) -> None:
+def run(app: FastAPI, host: str, port: int, max_message_bytes: int, log_level: str,
+        sockets: list[socket.socket] | None = None) -> None:
+    """Serve ``app`` until a signal's drain is done. ``sockets``: a worker's own listening socket
+    (server/workers.py; its supervisor serves /livez); otherwise uvicorn binds ``host:port`` and
+    this process serves /livez itself when ``server.liveness_port`` is set."""
     state: ServiceState = app.state.service
     state.freeze_gc_when_ready = True
     config = uvicorn.Config(
@@ -63,4 +68,7 @@ def run(app: FastAPI, host: str, port: int, max_message_bytes: int, log_level: s
         ws_per_message_deflate=False,  # PCM does not compress: deflate cost ~10 % of a seat-frame's CPU, both ends
     )
     redact_handlers()  # uvicorn.Config has just set up its loggers' handlers
-    DrainingServer(config, state, state.config.server.shutdown_grace_s).run()
+    server = state.config.server
+    if sockets is None and server.liveness_port is not None:
+        start_liveness(host, server.liveness_port, state.board, server.liveness_stall_s)
+    DrainingServer(config, state, server.shutdown_grace_s).run(sockets)

@@ -65,6 +65,13 @@ class Seats:
         if len(self._pipelines) >= limit:
             raise ProtocolError(ErrorCode.TOO_MANY_SEATS,
                                 f"this connection already has {limit} seats; seat {quoted(name)} refused", name)
+        if self._state.seats_full:
+            # a connection holding no seat yet is told to go elsewhere (fatal: close 1013); one that holds
+            # seats keeps them, only this one is refused
+            cap = self._config.server.max_server_seats
+            raise ProtocolError(ErrorCode.OVERLOADED, f"the server is at its limit of {cap} seats "
+                                f"(server.max_server_seats); seat {quoted(name)} refused", name,
+                                fatal=not self._pipelines)
         track = Track(self._pid, len(self._pipelines) + 1)
         if self._tracer:
             self._tracer.name_track(track, f"seat {name}")
@@ -77,6 +84,7 @@ class Seats:
         )
         self._pipelines[name] = seat
         self._limiters[name] = AudioRateLimiter(self._config.server.rate_limit)
+        self._state.seats_changed()
         return seat
 
     def on_audio(self, frame: AudioFrame) -> None:
@@ -123,3 +131,4 @@ class Seats:
             seat.close()
         self._pipelines.clear()
         self._limiters.clear()
+        self._state.seats_changed()

@@ -18,6 +18,7 @@ from kitt_stt.observability.metrics import Metrics
 from kitt_stt.observability.trace import Tracer
 from kitt_stt.pipeline.settings import auto_languages
 from kitt_stt.scheduler import InferenceScheduler
+from kitt_stt.server.board import WorkerBoard
 from kitt_stt.text import load as load_text_stage
 from kitt_stt.text import wake_hotwords
 from kitt_stt.turnsense.runner import TurnModelRunner
@@ -55,6 +56,9 @@ class ServiceState:
     load_error: str | None = None
     warm_up_ms: float = 0.0
     freeze_gc_when_ready: bool = False  # gc.freeze() after the warm-up (server/app.py says why)
+    # this worker's row on the board all workers share (server.workers; a board of one row otherwise)
+    board: WorkerBoard = field(default_factory=lambda: WorkerBoard(1))
+    worker: int = 0
     _drain: asyncio.Task[None] | None = None
 
     @property
@@ -69,6 +73,21 @@ class ServiceState:
         """Ready, and nothing has failed (a dead decode worker means decodes would hang; a failed VAD
         batch thread would answer every frame with silence)."""
         return self.ready and self.failure is None
+
+    @property
+    def seats_full(self) -> bool:
+        """All workers together hold ``server.max_server_seats`` seats: open no more. (Each worker
+        reads the others' counts as last published, so they may overshoot by one seat each at most.)"""
+        cap = self.config.server.max_server_seats
+        return cap is not None and self.board.total_seats() >= cap
+
+    def seats_changed(self) -> None:
+        """A seat opened or closed: publish this worker's count before the next admission reads it."""
+        self.board.set_seats(self.worker, self.seat_count)
+
+    def publish(self) -> None:
+        """This worker's heartbeat and state, for the other workers and the liveness listener."""
+        self.board.publish(self.worker, seats=self.seat_count, serving=self.serving, failed=self.failure is not None)
 
     def warm_up(self) -> None:
         """Blocking: one decode so that the first client does not pay for lazy initialisation."""

@@ -9,8 +9,9 @@ order reversed every other round), so that whatever else the machine does lands 
 The ping runs in a process of its own, so the load generator's loop does not delay its pongs;
 the load generator's own lag (how late its frames left, p99) is printed too: when it is large the
 machine, not the server, is the limit. ``--baseline DIR`` adds an older checkout's webrtc and
-silero as arms of the same run (the before/after of docs/performance.md). Tone model: the
-recognizer stays idle (no speech).
+silero as arms of the same run (the before/after of docs/performance.md). ``--workers 1 2`` runs
+each arm with that many server processes (``server.workers``; arms ``NAME/wN``, CPU summed over
+the server's process tree), side by side. Tone model: the recognizer stays idle (no speech).
 
     python utils/performance/vad_scale.py --connections 16 32 64 128 --seconds 10 --rounds 2 \\
         --cache ~/.cache/kitt-stt
@@ -60,9 +61,11 @@ def noise_frames(seconds: float, seed: int) -> list[bytes]:
 
 
 def process_cpu_s(pid: int) -> float:
-    """utime + stime of a process (all its threads), in seconds."""
+    """utime + stime of a process (all its threads) and its descendants (workers, ITN), in seconds."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return own + sum(process_cpu_s(int(child)) for child in children if Path(f"/proc/{child}").exists())
 
 
 async def stream(url: str, frames: list[bytes], until: float, lags: list[float], started: asyncio.Event) -> None:
@@ -123,9 +126,10 @@ async def measure(server: RunningServer, connections: int, seconds: float, warmu
         stdout=asyncio.subprocess.PIPE)
     await asyncio.sleep(warmup_s)
     lags.clear()
-    cpu_before, wall_before = process_cpu_s(server.process.pid), time.monotonic()
+    cpu_before, wall_before, own_before = process_cpu_s(server.process.pid), time.monotonic(), time.process_time()
     output, _ = await pinger.communicate()
     cpu = process_cpu_s(server.process.pid) - cpu_before
+    own = time.process_time() - own_before
     wall = time.monotonic() - wall_before
     for task in streams:
         task.cancel()
@@ -134,7 +138,8 @@ async def measure(server: RunningServer, connections: int, seconds: float, warmu
     rtts = json.loads(output) if output.strip() else []  # no answer at all: the server is saturated
     return {"ping_p50_ms": nearest_rank(rtts, 50) or math.inf, "ping_p99_ms": nearest_rank(rtts, 99) or math.inf,
             "cpu_ms_per_seat_s": cpu / (connections * wall) * 1000.0,
-            "cpu_share": cpu / wall, "client_lag_p99_ms": nearest_rank(lags, 99) * 1000.0 if lags else 0.0}
+            "cpu_share": cpu / wall, "client_cpu_share": own / wall,
+            "client_lag_p99_ms": nearest_rank(lags, 99) * 1000.0 if lags else 0.0}
 
 
 async def settled(pid: int, limit_s: float = 60.0) -> None:
@@ -157,13 +162,15 @@ def servers(arms: list[str], cache: Path, tmp: Path,
         started = {}
         for arm in arms:
             name, _, base = arm.partition("@")
+            name, _, workers = name.partition("/w")
             vad = {key: value for key, value in ARMS[name].items() if not (base and key == "batch")}
-            overrides = {"vad": vad, "server": {"max_connections": 512, "idle_timeout_s": 0}}
-            (tmp / arm).mkdir()
+            overrides = {"vad": vad, "server": {"max_connections": 512, "idle_timeout_s": 0,
+                                                **({"workers": int(workers)} if workers else {})}}
+            (tmp / arm.replace("/", "-")).mkdir()
             here = Path.cwd()
             os.chdir(baseline if base and baseline else REPO)
             try:
-                started[arm] = stack.enter_context(run_server(tmp / arm, cache, overrides))
+                started[arm] = stack.enter_context(run_server(tmp / arm.replace("/", "-"), cache, overrides))
             finally:
                 os.chdir(here)
         yield started
@@ -173,7 +180,8 @@ async def run(args: argparse.Namespace) -> None:
     import tempfile
 
     results: dict[tuple[str, int], list[dict[str, float]]] = {}
-    arms = args.arms + ([f"{arm}@base" for arm in ("webrtc", "silero")] if args.baseline else [])
+    arms = args.arms if args.workers is None else [f"{arm}/w{n}" for arm in args.arms for n in args.workers]
+    arms += [f"{arm}@base" for arm in ("webrtc", "silero")] if args.baseline else []
     with tempfile.TemporaryDirectory(prefix="vad-scale-") as tmp, \
             servers(arms, args.cache, Path(tmp), args.baseline) as running:
         for connections in args.connections:
@@ -190,8 +198,8 @@ async def run(args: argparse.Namespace) -> None:
 def print_table(arms: list[str], counts: list[int], results: dict[tuple[str, int], list[dict[str, float]]]) -> None:
     """Medians over rounds; CPU also as µs per seat-frame and as a ratio to the first arm."""
     print("\n| detector | connections | ping p50 / p99 (ms) | server CPU (% of a core) | µs per seat-frame | "
-          f"CPU / {arms[0]} | load generator lag p99 (ms) |")
-    print("|---|---|---|---|---|---|---|")
+          f"CPU / {arms[0]} | load generator lag p99 (ms) | load generator CPU (% of a core) |")
+    print("|---|---|---|---|---|---|---|---|")
     for connections in counts:
         base = float(np.median([row["cpu_ms_per_seat_s"] for row in results[(arms[0], connections)]]))
         for arm in arms:
@@ -202,7 +210,8 @@ def print_table(arms: list[str], counts: list[int], results: dict[tuple[str, int
             per_frame_us = median("cpu_ms_per_seat_s") * 1000.0 * FRAME_S
             print(f"| {arm} | {connections} | {median('ping_p50_ms'):.1f} / {median('ping_p99_ms'):.1f} | "
                   f"{median('cpu_share') * 100:.0f} | {per_frame_us:.0f} | "
-                  f"{median('cpu_ms_per_seat_s') / base:.2f} | {median('client_lag_p99_ms'):.1f} |")
+                  f"{median('cpu_ms_per_seat_s') / base:.2f} | {median('client_lag_p99_ms'):.1f} | "
+                  f"{median('client_cpu_share') * 100:.0f} |")
 
 
 def main() -> None:
@@ -219,6 +228,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--baseline", type=Path, help="a checkout of an older commit: adds its webrtc and silero "
                         "as arms NAME@base (e.g. `git archive 676c043 | tar -x -C /tmp/old`)")
+    parser.add_argument("--workers", type=int, nargs="+", help="server.workers of each arm, e.g. 1 2")
     parser.add_argument("--cache", type=Path, default=default_cache_dir(), help="model cache (tone, silero-vad)")
     asyncio.run(run(parser.parse_args()))
 
