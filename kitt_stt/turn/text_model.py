@@ -42,7 +42,7 @@ SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 PREFIX = f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n"
 MAX_TEXT_TOKENS = 192  # a turn's last words: ~40 s of speech; longer turns keep their end
 MIN_NEW_TOKENS = 2  # rows per run when the cache could leave one (_longest_cached)
-CACHED_TOKENS = 1024  # tokens of keys and values kept across turns (~46 KB each: ~47 MB at most)
+CACHED_TOKENS = 512  # tokens of keys and values kept across turns (46 KB each: 24 MB at most)
 _PUNCTUATION = re.compile(r"[^\w\s']|_")
 _LOG_ODDS_LIMIT = 30.0
 

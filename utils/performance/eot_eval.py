@@ -93,6 +93,7 @@ class Outcome:
     eager_resumed: int = 0  # turn_eager frames followed by turn_resumed
     text: str = ""
     text_ending: str | None = None
+    early_ms: float | None = None  # end of speech -> first turn_eager or commit, what an agent drafting early waits
 
 
 def _cut_at_pause(samples: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
@@ -186,9 +187,10 @@ async def _run_one(url: str, utterance: Utterance, seat: str, setting: str, sile
     commit_at, commit = commits[0]
     decision = commit["metadata"]["eot"]["decision"]
     cut_off = utterance.rest is not None and (resumed_at is None or commit_at < resumed_at)
+    early_at = min(at for at, m in received if m["type"] in ("turn_eager", "commit"))
     return Outcome(utterance.source, utterance.name, utterance.complete, setting, decision["reason"],
                    decision["probability"], (commit_at - speech_end) * 1000.0, cut_off, eager, resumed,
-                   commit["text"], decision.get("text_ending"))
+                   commit["text"], decision.get("text_ending"), (early_at - speech_end) * 1000.0)
 
 
 def parse_setting(spec: str) -> tuple[str, dict]:
@@ -233,9 +235,10 @@ async def evaluate(corpus: list[Utterance], settings: list[str], cache: Path, wo
 
 
 def report(outcomes: list[Outcome], names: list[str]) -> str:
-    lines = ["| setting | source | complete: commit latency p50 / p95 ms | incomplete cut off during the pause | "
-             "model commits (complete / incomplete) | turn_eager (followed by turn_resumed) |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| setting | source | complete: commit latency p50 / p95 ms | "
+             "complete: first turn_eager or commit p50 ms | "
+             "incomplete cut off during the pause | model commits (complete / incomplete) | "
+             "turn_eager (followed by turn_resumed) |", "|---|---|---|---|---|---|---|"]
     for name in names:
         rows = [o for o in outcomes if o.setting == name]
         for source in [*sorted({o.source for o in rows}), "all"]:
@@ -249,7 +252,9 @@ def report(outcomes: list[Outcome], names: list[str]) -> str:
             wasted = sum(o.eager_resumed for o in chosen)
             p50, p95 = nearest_rank(complete, 50), nearest_rank(complete, 95)
             latency = f"{p50:.0f} / {p95:.0f}" if p50 is not None and p95 is not None else "-"
-            lines.append(f"| {name} | {source} | {latency} | {cut}/{len(incomplete)} | "
+            early = nearest_rank([o.early_ms for o in chosen if o.complete and o.early_ms is not None], 50)
+            lines.append(f"| {name} | {source} | {latency} | {'-' if early is None else f'{early:.0f}'} | "
+                         f"{cut}/{len(incomplete)} | "
                          f"{model_c}/{len(chosen) - len(incomplete)} / {model_i}/{len(incomplete)} | "
                          f"{eager} ({wasted}) |")
     first = [o for o in outcomes if o.setting == names[0]]

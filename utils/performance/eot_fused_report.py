@@ -10,14 +10,15 @@ without its speaker. Methods:
 * ``smart-turn``: TurnSense's p at the pause, commit at once when p >= threshold, else the timer;
 * ``smart-turn+rules``: the same, and words ending mid-phrase wait ``turn.unfinished_wait_ms``
   (the shipped 0.3.0 policy);
-* ``text view alone``: the text view's log-odds (and whether the text is Chinese: its scale is
-  lower there) fitted leave-one-speaker-out, nothing from the audio;
-* ``fused, no text view``: the fused policy with 0.4.0's five features (``train.WITHOUT_TEXT``),
-  refitted leave-one-speaker-out on the same clips;
-* ``fused``: the shipped fused policy (its features ``features.FEATURES``, the text view
-  included), its second looks at ``turn.fused_looks_ms`` included;
-* ``fused, text view absent``: the same fits, the held-out clips scored with no text view
-  (``turn.text_model: null``, or a text without words).
+* ``fused, no text view (0.5.0's features, by speaker)``: 0.4.0/0.5.0's five features
+  (``train.WITHOUT_TEXT``: p, silence, the two word rules, the final pitch) refitted
+  leave-one-speaker-out on the clips, as 0.5.0 shipped them;
+* ``fused + p + silence (by speaker)``: the text view with the audio model's p and the silence,
+  fitted on the clips leave-one-speaker-out (the issue's fusion), second looks included;
+* ``fused (shipped)``: the shipped weights (``features.FEATURES``: the text view and its Chinese
+  offset), fitted on the phrase table (``text_dev.py``), so every clip is held out;
+* ``fused, text view absent``: the shipped weights with no text view (``turn.text_model: null``,
+  or a text without words): nothing to be confident about, so every turn waits ``turn.wait_ms``.
 
 The text view's scores come from the table (``extract.py`` caches them), so the rows need no
 model installed; the cost lines read it from ``--models`` when it is there.
@@ -65,7 +66,7 @@ from utils.performance.memory_probe import read_sample  # noqa: E402
 from utils.performance.toolkit.stats import nearest_rank  # noqa: E402
 from utils.turns.extract import TABLE  # noqa: E402
 from utils.turns.scores import clip_key  # noqa: E402
-from utils.turns.train import CANDIDATE_SETS, WITHOUT_TEXT, leave_one_speaker_out  # noqa: E402
+from utils.turns.train import WITHOUT_TEXT, leave_one_speaker_out, shipped_scores  # noqa: E402
 
 PAUSE_MS = 1500
 MODEL_MS = 50  # a second look waits for one TurnSense run (44-55 ms here)
@@ -210,10 +211,11 @@ def main() -> int:
     clips = table["clips"]
     config = AppConfig()
     features = load_combiner().features
-    oofs = {"text view alone": leave_one_speaker_out(clips, CANDIDATE_SETS["text_end + han"]),
-            "fused, no text view": leave_one_speaker_out(clips, WITHOUT_TEXT),
-            "fused": leave_one_speaker_out(clips, features),
-            "fused, text view absent": leave_one_speaker_out(clips, features, text_absent=True)}
+    combiner = load_combiner()
+    oofs = {"fused, no text view (0.5.0's features, by speaker)": leave_one_speaker_out(clips, WITHOUT_TEXT),
+            "fused + p + silence (by speaker)": leave_one_speaker_out(clips, ("model_logit", "silence_s", *features)),
+            "fused (shipped)": shipped_scores(clips, combiner),
+            "fused, text view absent": shipped_scores(clips, combiner, text_absent=True)}
     print(f"{len(clips)} clips, {len({c['speaker'] for c in clips})} speakers; fused scores leave-one-speaker-out; "
           f"shipped settings: turn.threshold {config.turn.threshold}, fused_threshold {config.turn.fused_threshold}, "
           f"looks {list(config.turn.fused_looks_ms)} ms, wait {config.turn.wait_ms} ms\n")
