@@ -4,11 +4,13 @@ again on the seat's audio ring after more silence (issue 23).
 
 The model's probability on tone speech is not under the test's control, so the second test sets
 ``turn.fused_threshold`` above 1 (no look can commit): the decision then waits ``wait_ms`` and
-must have weighed the model at the pause and at both later looks.
+must have weighed the model at the pause and at both later looks. The shipped weights weigh only
+the text view and take no second look, so that test runs on weights that weigh the model's p.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from kitt_stt.client.session import connect
@@ -31,7 +33,11 @@ async def test_the_commit_says_which_evidence_decided(tmp_path: Path, model_cach
 
 async def test_an_unsure_decision_looks_again_on_the_seats_audio(tmp_path: Path, model_cache: Path,
                                                                  turnsense_dir: Path) -> None:
-    overrides = {"turn": {"model": "turnsense", "policy": "fused", "fused_threshold": 1.01, "wait_ms": 1000}}
+    weights = tmp_path / "weights.json"
+    weights.write_text(json.dumps({"features": ["model_logit", "silence_s"], "mean": [0.0, 0.0], "scale": [1.0, 1.0],
+                                   "weights": [1.0, 0.0], "bias": 0.0}))
+    overrides = {"turn": {"model": "turnsense", "policy": "fused", "fused_threshold": 1.01, "wait_ms": 1000,
+                          "fused_weights": str(weights)}}
     with run_server(tmp_path, model_cache, overrides) as server:
         async with connect(server.url) as session:
             await send_pcm(session, tone_pcm("打开车门", tail_ms=1800), seat="s", realtime_factor=1.0)

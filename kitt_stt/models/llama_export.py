@@ -23,7 +23,6 @@ Only the last position goes through the output layer: the caller wants the next 
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from kitt_stt.models.checksums import sha256_file
 from kitt_stt.models.gguf_blocks import BLOCK, dequantize_q4_1, int8_columns, split_q4_1, split_q8_0
 
 GRAPH_FILE = "text-model.onnx"
@@ -79,12 +79,14 @@ def read_shape(reader: Any) -> LlamaShape:
         heads=int(_field(reader, "llama.attention.head_count")),
         kv_heads=int(_field(reader, "llama.attention.head_count_kv")),
         ffn=int(_field(reader, "llama.feed_forward_length")),
-        vocab=len(reader.fields["tokenizer.ggml.tokens"].data),
+        vocab=len(_field(reader, "tokenizer.ggml.tokens")),
         rope_base=float(_field(reader, "llama.rope.freq_base")),
         norm_eps=float(_field(reader, "llama.attention.layer_norm_rms_epsilon")),
         context=int(_field(reader, "llama.context_length")),
     )
-    if int(reader.fields["llama.rope.dimension_count"].contents()) != shape.head_size:
+    # llama.cpp reads the key as optional: without it the rotary embedding spans the whole head
+    rotary = reader.fields.get("llama.rope.dimension_count")
+    if rotary is not None and int(rotary.contents()) != shape.head_size:
         raise ExportError("partial rotary embeddings are not supported")
     return shape
 
@@ -303,13 +305,8 @@ def build_tokenizer(reader: Any) -> Any:
     )
     tokenizer.decoder = decoders.ByteLevel()
     control = 3  # llama.cpp's token type for control tokens (<|im_start|>, <|im_end|>, ...)
-    tokenizer.add_special_tokens(
-        [
-            AddedToken(token, special=True, normalized=False)
-            for token, kind in zip(tokens, kinds, strict=True)
-            if kind == control
-        ]
-    )
+    tokenizer.add_special_tokens([AddedToken(token, special=True, normalized=False)
+                                  for token, kind in zip(tokens, kinds, strict=True) if kind == control])
     return tokenizer
 
 
@@ -341,7 +338,7 @@ def export(gguf_path: Path, out_dir: Path, end_token: str = "<|im_end|>") -> dic
         "end_token": end_token,
         "end_token_id": end_id,
         "chat_template": str(_field(reader, "tokenizer.chat_template")),
-        "source_sha256": _sha256(gguf_path),
+        "source_sha256": sha256_file(gguf_path),
     }
     (out_dir / CONFIG_FILE).write_text(json.dumps(config, indent=1, sort_keys=True) + "\n")
     return config
@@ -352,11 +349,3 @@ def _tensor_index(reader: Any, name: str) -> int:
         if tensor.name == name:
             return index
     raise ExportError(f"the GGUF has no tensor {name}")
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as source:
-        for chunk in iter(lambda: source.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()

