@@ -169,7 +169,8 @@ def test_whisper_configurations_that_cannot_run_are_refused(whisper_dir: Path) -
 
     model = str(whisper_dir)
     cases = [
-        ({"asr": {"model": model, "provider": "cuda"}}, "CPU only"),
+        ({"asr": {"model": model, "engine": "sherpa", "provider": "cuda"}}, "CPU only"),
+        ({"asr": {"model": model, "engine": "sherpa", "decoding": {"method": "beam"}}}, "greedily"),
         ({"asr": {"model": model, "decoding": {"method": "beam"}}}, "greedily"),
         ({"asr": {"model": model, "hotwords": ["kitt"]}}, "hotword"),
         ({"asr": {"model": model, "languages": ["auto", "xx"], "language": "xx"}}, "not one of"),

@@ -11,12 +11,14 @@ from pathlib import Path
 
 from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult, EngineInfo, StageTimer
 from kitt_stt.asr.ort_sense_voice import OrtSenseVoiceEngine
+from kitt_stt.asr.ort_whisper import OrtWhisperEngine
 from kitt_stt.asr.providers import check_available, check_profile_covers_segments, profile_longest_ms
 from kitt_stt.asr.sense_voice_model import LANGUAGES, ModelError, load_sense_voice_model
 from kitt_stt.asr.sherpa_sense_voice import SherpaSenseVoiceEngine
 from kitt_stt.asr.sherpa_whisper import SherpaWhisperEngine
+from kitt_stt.asr.whisper_graphs import WhisperGraphs
 from kitt_stt.asr.whisper_language import WhisperLanguageDetector
-from kitt_stt.asr.whisper_model import LONGEST_AUDIO_MS, WhisperModel, load_whisper_model
+from kitt_stt.asr.whisper_model import LONGEST_AUDIO_MS, load_whisper_model
 from kitt_stt.config.schema import AppConfig, AsrConfig, Engine, Provider
 from kitt_stt.models.registry import resolve_model
 
@@ -59,24 +61,15 @@ def build_engine(config: AppConfig) -> AsrEngine:
 def plan_engine(config: AppConfig) -> EnginePlan:
     """Resolve and validate the model, and say how to construct its engine.
 
-    Whisper models run on sherpa-onnx. For SenseVoice, ``asr.engine: onnxruntime`` (default)
-    runs our onnxruntime pipeline (CPU, CUDA, TensorRT; greedy or hotword beam search) and
+    ``asr.engine: onnxruntime`` (default) runs our onnxruntime pipelines (CPU, CUDA, TensorRT):
+    for SenseVoice greedy or hotword beam search, for Whisper greedy (``asr/ort_whisper.py``).
     ``asr.engine: sherpa`` uses sherpa-onnx, the reference implementation (CPU, greedy).
     """
     asr = config.asr
     resolved = resolve_model(asr.model, config.models)
     construct: Callable[[], AsrEngine]
     if resolved.kind == "whisper":
-        whisper = _plan_whisper(config, resolved.directory)
-        info = EngineInfo(whisper.name, resolved.kind, "cpu", whisper.languages, hotwords=False,
-                          longest_input_ms=LONGEST_AUDIO_MS)
-        options = asr.whisper
-        detector = partial(WhisperLanguageDetector, whisper, num_threads=asr.num_threads,
-                           window_frames=options.language_window_ms // 10, pad_frames=options.language_pad_frames,
-                           bias=options.language_bias)
-        construct = partial(SherpaWhisperEngine, whisper, kind=resolved.kind, num_threads=asr.num_threads,
-                            tail_paddings=options.tail_paddings, task=options.task,
-                            max_recognizers=asr.max_recognizers, detector=detector)
+        info, construct = _plan_whisper(config, resolved.directory, resolved.kind)
     else:
         model = load_sense_voice_model(resolved.directory, prefer_int8=asr.provider is Provider.CPU)
         if asr.engine is Engine.ONNXRUNTIME:
@@ -133,9 +126,36 @@ def _require_cpu_greedy(config: AppConfig, family: str, instead: str = "") -> No
         raise ModelError(f"asr.decoding.method=beam: sherpa-onnx decodes {family} greedily only{instead}")
 
 
-def _plan_whisper(config: AppConfig, directory: Path) -> WhisperModel:
-    _require_cpu_greedy(config, "Whisper")
-    return load_whisper_model(directory)
+def _plan_whisper(config: AppConfig, directory: Path, kind: str) -> tuple[EngineInfo, Callable[[], AsrEngine]]:
+    """Whisper on our onnxruntime sessions (any provider) or on sherpa-onnx (CPU); greedy either way.
+    The restricted language step runs on the onnxruntime engine's own sessions, and on sessions of
+    its own beside sherpa-onnx (built on first use)."""
+    asr = config.asr
+    options = asr.whisper
+    if asr.engine is Engine.SHERPA:
+        _require_cpu_greedy(config, "Whisper", instead="; use asr.engine: onnxruntime")
+    elif asr.decoding.method != "greedy":
+        raise ModelError("asr.decoding.method=beam: Whisper is decoded greedily only here")
+    elif asr.provider is Provider.TENSORRT and asr.tensorrt.ep_context_model is not None:
+        raise ModelError("asr.tensorrt.ep_context_model is a SenseVoice engine; leave it unset for Whisper")
+    elif asr.provider is not Provider.CPU:
+        check_available(asr.provider)
+    whisper = load_whisper_model(directory)
+    provider = "cpu" if asr.engine is Engine.SHERPA else asr.provider.value
+    info = EngineInfo(whisper.name, kind, provider, whisper.languages, hotwords=False,
+                      longest_input_ms=LONGEST_AUDIO_MS)
+    detector = partial(WhisperLanguageDetector, whisper, num_threads=asr.num_threads,
+                       window_frames=options.language_window_ms // 10, pad_frames=options.language_pad_frames,
+                       bias=options.language_bias)
+    if asr.engine is Engine.SHERPA:
+        return info, partial(SherpaWhisperEngine, whisper, kind=kind, num_threads=asr.num_threads,
+                             tail_paddings=options.tail_paddings, task=options.task,
+                             max_recognizers=asr.max_recognizers, detector=detector)
+
+    def shared(graphs: WhisperGraphs) -> WhisperLanguageDetector:
+        return detector(graphs=graphs)
+
+    return info, partial(OrtWhisperEngine, whisper, kind=kind, config=asr, detector=shared)
 
 
 def _check_live_decodes_fit(config: AppConfig, info: EngineInfo) -> None:

@@ -27,17 +27,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-import kaldi_native_fbank as knf
 import numpy as np
 import onnxruntime as ort
 
 from kitt_stt.asr.language import LanguageGuess, restricted_guess
-from kitt_stt.asr.sense_voice_model import read_model_header
+from kitt_stt.asr.whisper_graphs import FRAME_SAMPLES, MAX_FRAMES, WhisperGraphs, padded_mel, whisper_log_mel
 from kitt_stt.asr.whisper_model import WhisperModel
+from kitt_stt.config.schema import AsrConfig
 
-SAMPLE_RATE = 16000
-MAX_FRAMES = 3000 - 50  # as sherpa-onnx: at most 30 s less a margin of silence
-FRAME_SAMPLES = 160  # one 10 ms feature frame
+__all__ = ["MAX_FRAMES", "WhisperLanguageDetector", "speech_span", "whisper_log_mel", "whisper_sessions"]
+
 SPEECH_FLOOR = 0.1  # of the loudest frame's RMS: quieter frames at either end are not speech
 
 
@@ -55,23 +54,6 @@ def speech_span(samples: np.ndarray) -> np.ndarray:
     return samples[loud[0] * FRAME_SAMPLES : (loud[-1] + 1) * FRAME_SAMPLES]
 
 
-def whisper_log_mel(samples: np.ndarray) -> np.ndarray:
-    """int16 PCM -> (80, frames) log-mel normalised as Whisper (and sherpa-onnx) do:
-    log10, floor at the maximum less 8, then (x + 4) / 4."""
-    options = knf.WhisperFeatureOptions()
-    options.frame_opts.dither = 0.0
-    fbank = knf.OnlineWhisperFbank(options)
-    fbank.accept_waveform(SAMPLE_RATE, samples.astype(np.float32) / 32768.0)  # an array: no list of floats
-    fbank.input_finished()
-    count = min(fbank.num_frames_ready, MAX_FRAMES)
-    if count == 0:
-        return np.zeros((options.dim, 0), dtype=np.float32)
-    mel = np.stack([fbank.get_frame(i) for i in range(count)]).astype(np.float32)
-    log_spec = np.log10(np.maximum(mel, 1e-10))
-    log_spec = np.maximum(log_spec, log_spec.max() - 8.0)
-    return ((log_spec + 4.0) / 4.0).T
-
-
 def whisper_sessions(model: WhisperModel, num_threads: int) -> tuple[ort.InferenceSession, ort.InferenceSession]:
     """Our export's encoder and decoder on onnxruntime's CPU provider, ``num_threads`` each and no
     spinning: they run beside sherpa-onnx's own decode and must not take its cores while idle."""
@@ -84,20 +66,20 @@ def whisper_sessions(model: WhisperModel, num_threads: int) -> tuple[ort.Inferen
 
 
 class WhisperLanguageDetector:
+    """``graphs``: the decoding engine's own sessions, so detecting loads no second model copy;
+    None: sessions of its own on the CPU (beside sherpa-onnx, which keeps its sessions to itself)."""
+
     def __init__(self, model: WhisperModel, num_threads: int = 1, window_frames: int = 150, pad_frames: int = 300,
-                 bias: Mapping[str, float] | None = None, pad_as_whisper: bool = True) -> None:
-        metadata = read_model_header(model.encoder_path).metadata
-        self._sot = int(metadata["sot"])
-        codes = metadata.get("all_language_codes", "en").split(",")
-        tokens = metadata.get("all_language_tokens", str(int(metadata["sot"]) + 1)).split(",")
-        self._language_tokens = {code: int(token) for code, token in zip(codes, tokens, strict=True)}
-        self._cache_shape = (int(metadata["n_text_layer"]), 1, int(metadata["n_text_ctx"]),
-                             int(metadata["n_text_state"]))
+                 bias: Mapping[str, float] | None = None, pad_as_whisper: bool = True,
+                 graphs: WhisperGraphs | None = None) -> None:
+        self._graphs = graphs or WhisperGraphs(model, AsrConfig(num_threads=num_threads))
+        tokens = self._graphs.tokens
+        self._sot = tokens.sot
+        self._language_tokens = dict(tokens.languages)
         self._window_frames = min(window_frames, MAX_FRAMES)
         self._pad_frames = pad_frames
         self._bias = dict(bias or {})
         self._pad_as_whisper = pad_as_whisper  # False: sherpa-onnx's zeros (the report's "before")
-        self._encoder, self._decoder = whisper_sessions(model, num_threads)
 
     @property
     def language_tokens(self) -> dict[str, int]:
@@ -116,18 +98,9 @@ class WhisperLanguageDetector:
         """The decoder's first-step logits over the whole vocabulary (the language scores are
         those at the language tokens)."""
         mel = whisper_log_mel(speech_span(samples)[: self._window_frames * FRAME_SAMPLES])
-        frames = min(mel.shape[1] + self._pad_frames, MAX_FRAMES)
         silence = mel.max() - 2.0 if self._pad_as_whisper and mel.size else 0.0
-        padded = np.full((1, mel.shape[0], max(frames, 2)), silence, dtype=np.float32)
-        padded[0, :, : mel.shape[1]] = mel[:, :frames]
-        cross_k, cross_v = self._encoder.run(None, {"mel": padded})
-        cache = np.zeros(self._cache_shape, dtype=np.float32)
-        logits = self._decoder.run(["logits"], {
-            "tokens": np.array([[self._sot]], dtype=np.int64),
-            "in_n_layer_self_k_cache": cache,
-            "in_n_layer_self_v_cache": cache,
-            "n_layer_cross_k": cross_k,
-            "n_layer_cross_v": cross_v,
-            "offset": np.zeros(1, dtype=np.int64),
-        })[0]
-        return np.array(logits[0, -1], dtype=np.float32)
+        graphs = self._graphs
+        cross = graphs.encode(padded_mel(mel, self._pad_frames, silence))
+        cache = graphs.empty_cache()
+        logits, _ = graphs.step([self._sot], (cache, cache), cross, 0)
+        return logits

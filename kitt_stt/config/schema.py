@@ -27,6 +27,9 @@ class Provider(StrEnum):
 
 
 class Engine(StrEnum):
+    """Who decodes: our onnxruntime pipelines (SenseVoice and Whisper; ``ort`` is accepted as
+    another name for it) or sherpa-onnx, the reference (CPU, greedy)."""
+
     SHERPA = "sherpa"
     ONNXRUNTIME = "onnxruntime"
 
@@ -37,7 +40,7 @@ class Decoding(Section):
 
 
 class WhisperOptions(Section):
-    """Whisper models (``asr.whisper``); they always run on sherpa-onnx, whatever ``asr.engine`` says."""
+    """Whisper models (``asr.whisper``), on either engine (``asr/ort_whisper.py``, ``asr/sherpa_whisper.py``)."""
 
     tail_paddings: int = Field(default=700, ge=50, le=2000)  # 10 ms frames of silence after the audio
     task: str = Field(default="transcribe", pattern="^(transcribe|translate)$")
@@ -79,6 +82,11 @@ class AsrConfig(Section):
     max_chunk_ms: int = Field(default=5000, ge=1000)
     interim_queue_budget_ms: int = Field(default=300, ge=0)
     naive: bool = False
+
+    @field_validator("engine", mode="before")
+    @classmethod
+    def _engine_alias(cls, value: object) -> object:
+        return Engine.ONNXRUNTIME.value if value == "ort" else value
 
     @field_validator("auto_languages")
     @classmethod
