@@ -136,3 +136,25 @@ async def test_a_chunk_decoded_in_the_early_guess_is_decoded_again_in_the_final_
     assert final["timing"]["chunks"] >= 2, final  # a chunk was cut before the decision point
     assert final["lang"] == "en" and EarlyGuessWrong.MANDARIN not in final["text"], final
     assert final["text"].replace(" ", "") == "打开车门关窗打开车门", final
+
+
+@pytest.mark.timeout(60)
+async def test_no_interim_joins_a_chunk_decoded_in_the_early_guess(tone_engine) -> None:
+    """The same segment with interims: once the tail decodes in en (the decision), an interim that
+    joined the first chunk as decoded in zh read 生命的天 followed by English (a real-time run of
+    whisper-base gave the interim 生命的天d). Every interim is in one language."""
+    engine = EarlyGuessWrong(tone_engine)
+    config = AppConfig.model_validate({"asr": {"chunk_pause_ms": 200}, "vad": {"silence_ms": 500},
+                                       "turn": {"model": None, "wait_ms": 300},
+                                       "interim": {"enabled": True, "start_ms": 500, "min_interval_ms": 300}})
+    settings = SessionSettings(language="auto", interim=True, languages=("zh", "en"))
+    pcm = tone_pcm("打开车门", lead_ms=300, tail_ms=400) + tone_pcm("关窗打开车门关窗", lead_ms=0, tail_ms=0)
+    frames = await stream_through_seat(engine, config, settings, pcm + bytes(32 * 1000), wait_ms=300, workers=2,
+                                       realtime=True, timeout=15)
+    interims = [frame["text"] for frame in of_type(frames, "interim")]
+    mandarin = EarlyGuessWrong.MANDARIN
+    later = [text for text in interims if text.replace(" ", "") not in ("", mandarin)]
+    assert later, interims  # interims after the decision were sent (the test would pass vacuously otherwise)
+    assert not [text for text in later if mandarin in text], interims
+    [final] = of_type(frames, "final")
+    assert final["lang"] == "en" and mandarin not in final["text"], final

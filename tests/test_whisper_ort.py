@@ -12,13 +12,15 @@ import pytest
 
 from kitt_stt.asr.engine import AsrRequest, DecodeOptions
 from kitt_stt.asr.factory import build_engine
-from kitt_stt.asr.ort_whisper import OrtWhisperEngine, read_token_bytes
+from kitt_stt.asr.language import TurnLanguage
+from kitt_stt.asr.ort_whisper import OrtWhisperEngine, _reads, read_token_bytes
 from kitt_stt.asr.providers import ProviderError
+from kitt_stt.asr.sense_voice_model import ModelError
 from kitt_stt.asr.sherpa_whisper import SherpaWhisperEngine
 from kitt_stt.asr.whisper_graphs import padded_mel
 from kitt_stt.asr.whisper_model import load_whisper_model
 from kitt_stt.audio.wavfile import read_wav_16k_mono
-from kitt_stt.config.schema import AppConfig, AsrConfig, Engine
+from kitt_stt.config.schema import AppConfig, AsrConfig
 
 SPEECH = Path(__file__).parent / "fixtures" / "speech"
 # the fixtures whose decode is not a near-tie (zh_jin_tian_tian_qi_zen_me_yang's first token is
@@ -62,7 +64,7 @@ def test_restricted_auto_detects_on_the_engines_own_sessions(whisper_dir: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """With allowed languages the language step runs on the decoding engine's sessions: one copy of
     the model, and the decode is in the language chosen within the set."""
-    engine = build_engine(AppConfig.model_validate({"asr": {"model": str(whisper_dir)}}))
+    engine = build_engine(AppConfig.model_validate({"asr": {"model": str(whisper_dir), "engine": "ort"}}))
     assert isinstance(engine, OrtWhisperEngine)
     created: list[object] = []
     original = ort.InferenceSession.__init__
@@ -80,15 +82,20 @@ def test_restricted_auto_detects_on_the_engines_own_sessions(whisper_dir: Path,
 
 
 def test_engine_setting_picks_the_whisper_engine(whisper_dir: Path) -> None:
+    """``ort`` decodes Whisper on ours; ``onnxruntime`` (the default, what it always meant for Whisper)
+    and ``sherpa`` on sherpa-onnx."""
     model = str(whisper_dir)
-    assert AsrConfig.model_validate({"engine": "ort"}).engine is Engine.ONNXRUNTIME
-    assert isinstance(build_engine(AppConfig.model_validate({"asr": {"model": model, "engine": "ort"}})),
-                      OrtWhisperEngine)
-    assert isinstance(build_engine(AppConfig.model_validate({"asr": {"model": model, "engine": "sherpa"}})),
-                      SherpaWhisperEngine)
+
+    def built(**asr: str) -> object:
+        return build_engine(AppConfig.model_validate({"asr": {"model": model, **asr}}))
+
+    assert isinstance(built(engine="ort"), OrtWhisperEngine)
+    assert isinstance(built(), SherpaWhisperEngine) and isinstance(built(engine="sherpa"), SherpaWhisperEngine)
+    with pytest.raises(ModelError, match="greedily"):
+        built(engine="ort", decoding={"method": "beam"})  # type: ignore[arg-type]
     if "CUDAExecutionProvider" not in ort.get_available_providers():  # the placement check, as for SenseVoice
         with pytest.raises(ProviderError, match="CUDAExecutionProvider"):
-            build_engine(AppConfig.model_validate({"asr": {"model": model, "provider": "cuda"}}))
+            built(engine="ort", provider="cuda")
 
 
 def test_token_table_and_padding(whisper_dir: Path) -> None:
@@ -99,3 +106,47 @@ def test_token_table_and_padding(whisper_dir: Path) -> None:
     assert padded.shape == (1, 80, 8) and padded[0, :, 5:].sum() == 0 and padded[0, :, :5].sum() == 400
     assert padded_mel(np.ones((80, 2990), dtype=np.float32), 700).shape == (1, 80, 3000)
     assert padded_mel(np.zeros((80, 0), dtype=np.float32), 0).shape == (1, 80, 2)
+
+
+def test_one_encoder_pass_gives_language_no_speech_and_text(whisper_dir: Path, monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    """"auto" within zh and en: the language and the no-speech probability come from the decode's
+    own encoder output (one pass), except where the segment's decision must read audio the piece
+    does not hold (its start, before a closed chunk): then one language pass on that audio."""
+    ours = build_engine(AppConfig.model_validate({"asr": {"model": str(whisper_dir), "engine": "ort"}}))
+    assert isinstance(ours, OrtWhisperEngine)
+    graphs = ours._graphs
+    encodes: list[int] = []
+    original = graphs.encode
+
+    def counting(mel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        encodes.append(mel.shape[2])
+        return original(mel)
+
+    monkeypatch.setattr(graphs, "encode", counting)
+    options = DecodeOptions(language="auto", languages=("zh", "en"))
+    speech = read_wav_16k_mono(SPEECH / "zh_da_kai_che_men.wav")
+    [spoken] = ours.decode_batch([AsrRequest(speech, options)])
+    assert len(encodes) == 1 and spoken.lang == "zh" and "車門" in spoken.text
+    [quiet] = ours.decode_batch([AsrRequest(np.zeros(16000, dtype=np.int16), options)])
+    assert spoken.no_speech_probability is not None and quiet.no_speech_probability is not None
+    assert spoken.no_speech_probability < 0.5 < quiet.no_speech_probability  # measured: 0.19 and 0.79
+
+    encodes.clear()
+    segment = np.concatenate([read_wav_16k_mono(SPEECH / "zh_jin_tian_tian_qi_zen_me_yang.wav"), speech])
+    later = DecodeOptions(language="auto", languages=("zh", "en"),
+                          segment_language=TurnLanguage().segment(audio=lambda: segment))
+    [result] = ours.decode_batch([AsrRequest(speech, later)])  # the piece after a chunk
+    assert len(encodes) == 2 and result.lang == "zh"
+    encodes.clear()
+    [result] = ours.decode_batch([AsrRequest(segment, later)])  # decided: nothing more to detect
+    assert len(encodes) == 1 and result.lang == "zh"
+
+
+def test_when_a_piece_can_answer_for_the_segment() -> None:
+    audio = np.arange(40000, dtype=np.int16)
+    assert _reads(audio, audio, 28800)  # the segment so far is the piece
+    assert _reads(audio[:30000], audio, 28800)  # its start, with what the decision reads
+    assert not _reads(audio[:20000], audio, 28800)  # a first chunk shorter than the decision point
+    assert _reads(audio[:20000], audio[:20000], 28800)  # an early guess on all there is
+    assert not _reads(audio[10000:], audio, 28800)  # a piece after a closed chunk

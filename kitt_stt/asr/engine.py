@@ -76,6 +76,8 @@ class AsrResult:
     # relative to the request's first sample); a text's confidence is derived from them
     # (``asr.words.overall_confidence``)
     words: tuple[TimedWord, ...] = ()
+    # Whisper on onnxruntime: P(<|nocaptions|>) at the first step, where the step ran for the language
+    no_speech_probability: float | None = None
 
 
 @dataclass(frozen=True)

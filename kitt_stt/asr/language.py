@@ -143,6 +143,11 @@ class SegmentLanguage:
             return self._guess or self._latest
 
     @property
+    def min_samples(self) -> int:
+        """How much of the segment's audio the decision reads (less: an early guess)."""
+        return self._min_samples
+
+    @property
     def decided(self) -> LanguageGuess | None:
         """The segment's decision only (not an early guess): an engine may force its language
         query to it, but forcing an early guess would make the decision repeat it."""

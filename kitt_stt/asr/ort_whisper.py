@@ -13,6 +13,13 @@ text context), the language for "auto" without a set read as sherpa-onnx reads i
 on ``<|startoftranscript|>`` alone, the best language token); the text is the tokens' bytes
 joined (specials left out) and ``strip_annotations``. Where the bytes end inside a character
 the incomplete one is dropped (sherpa-onnx's binding then raises, and that engine returns "").
+
+One encoder pass per decode: with "auto" the first step on ``<|startoftranscript|>`` over the
+decode's own encoder output gives the language scores (restricted to the allowed set, with
+``asr.whisper.language_bias`` added, as ``asr/language.py`` and the separate step did) and the
+no-speech probability, and the same output feeds the decode. The one exception: when a segment's
+language is decided on more audio than the piece (a chunk closed before the decision point, so
+the piece starts later), the language step reads the segment's start on these same sessions.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult, EngineInfo, StageTimer
-from kitt_stt.asr.language import LanguageGuess, LazyDetector
+from kitt_stt.asr.language import LanguageGuess, LazyDetector, restricted_guess
 from kitt_stt.asr.text import strip_annotations
 from kitt_stt.asr.whisper_graphs import WhisperGraphs, padded_mel, whisper_log_mel
 from kitt_stt.asr.whisper_language import WhisperLanguageDetector
@@ -53,6 +60,34 @@ class GreedyDecode:
 
     tokens: list[int]
     language: str | None  # the language token's code in the prompt (None: an English-only model)
+    guess: LanguageGuess | None  # the restricted detection's choice, when it made one
+    no_speech: float | None  # P(<|nocaptions|>) at the first step, when it ran alone
+
+
+class _FirstStep:
+    """The decoder's first step on ``<|startoftranscript|>`` alone over one decode's encoder
+    output, run once when something asks for it (the language or the no-speech probability)."""
+
+    def __init__(self, graphs: WhisperGraphs, cross: tuple[np.ndarray, np.ndarray]) -> None:
+        self._graphs, self._cross = graphs, cross
+        self._logits: np.ndarray | None = None
+
+    @property
+    def logits(self) -> np.ndarray:
+        if self._logits is None:
+            graphs = self._graphs
+            cache = graphs.empty_cache()
+            self._logits, _ = graphs.step([graphs.tokens.sot], (cache, cache), self._cross, 0)
+        return self._logits
+
+    @property
+    def ran(self) -> bool:
+        return self._logits is not None
+
+    def no_speech(self) -> float:
+        logits = self.logits.astype(np.float64)
+        weights = np.exp(logits - logits.max())
+        return float(weights[self._graphs.tokens.no_speech] / weights.sum())
 
 
 class OrtWhisperEngine(AsrEngine):
@@ -64,6 +99,8 @@ class OrtWhisperEngine(AsrEngine):
         self._text = read_token_bytes(str(model.tokens_path))
         self._tail_paddings = config.whisper.tail_paddings
         self._task = self._special.translate if config.whisper.task == "translate" else self._special.transcribe
+        self._bias = {code: offset for code, offset in config.whisper.language_bias.items()
+                      if code in self._special.languages}
         graphs = self._graphs
         self._detector = (LazyDetector(lambda: detector(graphs))
                           if detector is not None and len(model.languages) > 2 else None)
@@ -74,36 +111,52 @@ class OrtWhisperEngine(AsrEngine):
         timer = timer or StageTimer()
         results = []
         for request in requests:  # one at a time: each decode's length is its own
-            with timer.stage("language"):
-                guess = self._restricted_language(request)
             with timer.stage("features"):
                 mel = whisper_log_mel(request.samples)
-            with timer.stage("decode"):
-                decoded = self._decode(mel, request.options.language if guess is None else guess.lang)
+            decoded = self._decode(mel, request, timer)  # its stages: encoder, language, greedy steps
             with timer.stage("postprocess"):
-                results.append(self._result(decoded, guess))
+                results.append(self._result(decoded))
         return results
 
-    def _restricted_language(self, request: AsrRequest) -> LanguageGuess | None:
-        """The restricted detection's choice for an "auto" request with allowed languages; None
-        when the request names its language or sets no restriction (Whisper then detects alone)."""
+    def _language(self, request: AsrRequest, first: _FirstStep) -> tuple[str, LanguageGuess | None]:
+        """The language to decode in, and the restricted detection's guess when one was made."""
         options = request.options
-        if options.language != "auto" or not options.languages or self._detector is None:
-            return None
-        detector = self._detector
-        return options.detected_language(request.samples,
-                                         lambda audio: detector.get().detect(audio, options.languages))
+        if options.language != "auto" or len(self._model.languages) <= 2:
+            return options.language, None
+        if not options.languages:  # as sherpa-onnx: the best of all the model's languages
+            scores = {code: float(first.logits[token]) for code, token in self._special.languages.items()}
+            return max(scores, key=lambda code: scores[code]), None
 
-    def _decode(self, mel: np.ndarray, language: str) -> GreedyDecode:
+        segment = options.segment_language
+        enough = segment.min_samples if segment is not None else 0
+
+        def detect(audio: np.ndarray) -> LanguageGuess:
+            if self._detector is None or _reads(request.samples, audio, enough):  # audio this decode reads
+                logits = first.logits.copy()
+                for code, offset in self._bias.items():
+                    logits[self._special.languages[code]] += offset
+                return restricted_guess(logits, self._special.languages, options.languages)
+            return self._detector.get().detect(audio, options.languages)  # the segment's start, same sessions
+
+        guess = options.detected_language(request.samples, detect)
+        return guess.lang, guess
+
+    def _decode(self, mel: np.ndarray, request: AsrRequest, timer: StageTimer) -> GreedyDecode:
+        graphs = self._graphs
+        with timer.stage("decode"):
+            cross = graphs.encode(padded_mel(mel, self._tail_paddings))
+        first = _FirstStep(graphs, cross)
+        with timer.stage("language"):
+            language, guess = self._language(request, first)
+        with timer.stage("decode"):
+            return self._greedy(mel, cross, language, guess, first.no_speech() if first.ran else None)
+
+    def _greedy(self, mel: np.ndarray, cross: tuple[np.ndarray, np.ndarray], language: str,
+                guess: LanguageGuess | None, no_speech: float | None) -> GreedyDecode:
         special, graphs = self._special, self._graphs
-        cross = graphs.encode(padded_mel(mel, self._tail_paddings))
         code: str | None = None
         prompt = [special.sot]
         if len(self._model.languages) > 2:  # multilingual: sot, language, task
-            if language == "auto":  # as sherpa-onnx: the first step alone, the best language token
-                logits, _ = graphs.step([special.sot], (graphs.empty_cache(), graphs.empty_cache()), cross, 0)
-                scores = {lang: float(logits[token]) for lang, token in special.languages.items()}
-                language = max(scores, key=lambda lang: scores[lang])
             if language not in special.languages:
                 raise ValueError(f"language {language!r} is not supported by {self._model.name}")
             code = language
@@ -121,9 +174,9 @@ class OrtWhisperEngine(AsrEngine):
             if offset >= special.text_ctx - 1:
                 break
             best = int(np.argmax(logits))
-        return GreedyDecode(tokens, code)
+        return GreedyDecode(tokens, code, guess, no_speech)
 
-    def _result(self, decoded: GreedyDecode, guess: LanguageGuess | None) -> AsrResult:
+    def _result(self, decoded: GreedyDecode) -> AsrResult:
         pieces = [self._text[token] for token in decoded.tokens if token in self._text]
         raw = b"".join(pieces)
         try:
@@ -135,5 +188,18 @@ class OrtWhisperEngine(AsrEngine):
             tokens = [piece.decode("utf-8") for piece in pieces]
         except UnicodeDecodeError:  # a token holding part of a character has no text of its own
             tokens = []
+        guess = decoded.guess
         return AsrResult(text=strip_annotations(text), tokens=tokens, lang=decoded.language,
-                         lang_probability=guess.probability if guess is not None else None)
+                         lang_probability=guess.probability if guess is not None else None,
+                         no_speech_probability=decoded.no_speech)
+
+
+def _reads(piece: np.ndarray, audio: np.ndarray, enough: int) -> bool:
+    """Whether the language asked of ``audio`` (the segment so far, which may have grown since the
+    piece was cut) can be read from ``piece``'s own first step: the piece is the start of the audio
+    and holds all of it or at least ``enough`` (what the segment's decision reads). A piece that
+    starts later (after a closed chunk) differs from the segment's first samples; a first chunk
+    shorter than the decision point would decide on less audio than the segment has."""
+    if audio.shape[0] < piece.shape[0] or not np.array_equal(audio[: piece.shape[0]], piece):
+        return False
+    return piece.shape[0] >= min(audio.shape[0], enough)

@@ -210,7 +210,7 @@ def prepare_serve(config: AppConfig) -> AppConfig:
     from kitt_stt.models.registry import resolve_model
 
     asr = config.asr
-    if asr.provider is not Provider.TENSORRT or asr.engine is not Engine.ONNXRUNTIME:
+    if asr.provider is not Provider.TENSORRT or asr.engine is Engine.SHERPA:
         return config
     if "TensorrtExecutionProvider" not in ort.get_available_providers():
         return config

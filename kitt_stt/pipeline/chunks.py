@@ -55,6 +55,13 @@ class ClosedChunk:
     start: int  # sample offsets in the segment buffer
     end: int
     decode: asyncio.Future[DecodeOutcome | None]
+    # the chunk decoded again in another language (the segment decided otherwise than the early
+    # guess it was decoded in), by language: asked once, shared by the segment's interims and final
+    redecodes: dict[str, asyncio.Future[DecodeOutcome | None]] = field(default_factory=dict)
+
+    def decodes(self) -> list[asyncio.Future[DecodeOutcome | None]]:
+        """Every decode of this chunk (the final promotes those still queued)."""
+        return [self.decode, *self.redecodes.values()]
 
 
 @dataclass(frozen=True)

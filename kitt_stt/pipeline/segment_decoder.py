@@ -9,8 +9,10 @@ Rules owned here (``docs/architecture.md`` steps 5 and 6):
 * the final is submitted synchronously when the segment ends (the connection counts it before the
   next frame), joins every chunk and the tail, goes through the whole text stage off the loop, and
   waits for the seat's previous final, so finals leave in segment order;
-* a final is in one language: a chunk decoded before its segment's language was decided (in the early
-  guess, on less audio) and in another language than the final's is decoded again in the final's.
+* a final or interim is in one language: a chunk decoded before its segment's language was decided (in
+  the early guess, on less audio) and in another language than the text it joins is decoded again in
+  that one (once: the interims and the final share the re-decode); an interim whose re-decode did not
+  come back is not sent rather than sent in two languages.
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ class SegmentDecoder:
 
     async def _run_interim(self, segment: Segment, turn: Turn | None, snapshot: TailSnapshot) -> None:
         """The tail as of ``snapshot``, joined with the chunks closed before it (:mod:`.tail`)."""
-        tail_text, lang = "", None
+        tail: DecodeOutcome | None = None
         if snapshot.request is not None:  # a tail of pause only adds nothing to the chunks' text
             try:
                 outcome = await self._scheduler.submit(snapshot.request, Priority.INTERIM, self._owner,
@@ -110,13 +112,18 @@ class SegmentDecoder:
                 return
             if outcome is None or segment.closed:  # superseded, cancelled, or the final owns it now
                 return
-            tail_text, lang = outcome.result.text, outcome.result.lang
+            tail = outcome
         earlier = await snapshot.chunk_outcomes()
         if earlier is None or segment.closed or turn is None:
             return
-        if lang is None and earlier:
-            lang = earlier[-1].result.lang
-        staged = turn.stage.interim(join_texts([*(chunk.result.text for chunk in earlier), tail_text]), lang,
+        pieces = [*earlier, tail] if tail is not None else earlier
+        if not pieces:
+            return
+        pieces = await self._in_one_language(segment, snapshot, pieces, Priority.CHUNK)
+        lang = next((piece.result.lang for piece in reversed(pieces) if piece.result.lang is not None), None)
+        if segment.closed or self._mixed(segment, pieces):
+            return
+        staged = turn.stage.interim(join_texts(piece.result.text for piece in pieces), lang,
                                     detect_wake=turn.at_start(segment.segment_id))
         if staged.wake is not None and not holds_wake(segment.options, turn.stage):  # duck the radio early
             self._turns.announce_wake(turn, segment.segment_id, staged.wake, snapshot.audio_ms)
@@ -132,7 +139,7 @@ class SegmentDecoder:
         frame is handled), and its final is chained after the seat's previous one. A tail without
         a voiced frame (the pause already closed the last chunk) has nothing to decode: the final
         is the chunks' text."""
-        self._scheduler.promote([chunk.decode for chunk in segment.chunks.closed])
+        self._scheduler.promote([decode for chunk in segment.chunks.closed for decode in chunk.decodes()])
         snapshot, decode = TailSnapshot.take(segment, segment.end_ms), None
         if snapshot.request is not None:
             decode = self._scheduler.submit(snapshot.request, Priority.FINAL, self._owner,
@@ -158,7 +165,7 @@ class SegmentDecoder:
             if earlier is None or (decode is not None and outcome is None):
                 return  # connection closing: nobody is waiting for this final
             pieces = [*earlier, outcome] if outcome is not None else earlier  # never empty: see finish
-            pieces = await self._in_one_language(segment, snapshot, pieces)
+            pieces = await self._in_one_language(segment, snapshot, pieces, Priority.FINAL)
             text = join_texts(piece.result.text for piece in pieces)
             if segment.options.words:  # on only where the engine times words (session_updates)
                 placed = placed_words([(piece.result, start) for piece, start in zip(
@@ -193,29 +200,29 @@ class SegmentDecoder:
             turn.confidences[segment.segment_id] = words.confidence
         self._turns.segment_final(turn, segment.segment_id, text, segment.end_ms, segment.ended_at, lang, staged)
 
-    async def _in_one_language(self, segment: Segment, snapshot: TailSnapshot,
-                               pieces: list[DecodeOutcome]) -> list[DecodeOutcome]:
-        """The final's pieces, each in the final's language. A segment's first chunk can close
-        before the segment has the audio to decide its language (1.8 s), so it decodes in the early
-        guess; when the decision (or the tail's) says otherwise, joining as decoded labelled Mandarin
-        text `en` (whisper-base read "Turn on the air" as 生命的天 in zh). Those chunks are decoded
-        again, at final priority, now that the segment's language is known; a decode that fails or
-        is cancelled keeps the piece as it was. Only where the segment decided its language and
+    async def _in_one_language(self, segment: Segment, snapshot: TailSnapshot, pieces: list[DecodeOutcome],
+                               priority: Priority) -> list[DecodeOutcome]:
+        """The pieces of a final or interim, each in the language of the last. A segment's first chunk
+        can close before the segment has the audio to decide its language (1.8 s), so it decodes in
+        the early guess; when the decision (or the tail's) says otherwise, joining as decoded labelled
+        Mandarin text `en` (whisper-base read "Turn on the air" as 生命的天 in zh). Those chunks are
+        decoded again, now that the segment's language is known, once per chunk and language (the
+        interims and the final share it; the final promotes it to its priority); a decode that fails
+        or is cancelled keeps the piece as it was. Only where the segment decided its language and
         the chunk was decoded in another (an engine that reads the language per piece, as SenseVoice
         without an allowed set does, would only decode the same piece the same way again)."""
-        lang = pieces[-1].result.lang
-        language = segment.options.segment_language
-        decided = language.decided if language is not None else None
-        if decided is None or decided.lang != lang:
-            return pieces
-        stale = [index for index, piece in enumerate(pieces[:len(snapshot.chunks)])
-                 if piece.result.lang not in (None, lang)]
+        stale = self._stale(segment, pieces[:len(snapshot.chunks)], pieces[-1].result.lang)
         if not stale:
             return pieces
+        lang = pieces[-1].result.lang or ""
         view = segment.buffer.view()
-        redecodes = [self._scheduler.submit(AsrRequest(view[snapshot.chunks[index].start : snapshot.chunks[index].end],
-                                                       segment.options), Priority.FINAL, self._owner,
-                                            trace=self._trace_tag(segment)) for index in stale]
+        for index in stale:
+            chunk = snapshot.chunks[index]
+            if lang not in chunk.redecodes:
+                chunk.redecodes[lang] = self._scheduler.submit(AsrRequest(view[chunk.start : chunk.end],
+                                                                          segment.options), priority, self._owner,
+                                                               trace=self._trace_tag(segment))
+        redecodes = [asyncio.shield(snapshot.chunks[index].redecodes[lang]) for index in stale]
         fresh = list(pieces)
         for index, outcome in zip(stale, await asyncio.gather(*redecodes, return_exceptions=True), strict=True):
             if isinstance(outcome, DecodeOutcome) and outcome.result.lang == lang:
@@ -224,6 +231,20 @@ class SegmentDecoder:
                 log.warning("re-decoding chunk %d of segment %d in %s failed: %s", index, segment.segment_id, lang,
                             outcome, extra={"segment": segment.segment_id})
         return fresh
+
+    @staticmethod
+    def _stale(segment: Segment, chunks: list[DecodeOutcome], lang: str | None) -> list[int]:
+        """The chunks decoded in another language than ``lang``, where the segment decided on ``lang``."""
+        language = segment.options.segment_language
+        decided = language.decided if language is not None else None
+        if decided is None or decided.lang != lang:
+            return []
+        return [index for index, piece in enumerate(chunks) if piece.result.lang not in (None, lang)]
+
+    @classmethod
+    def _mixed(cls, segment: Segment, pieces: list[DecodeOutcome]) -> bool:
+        """Pieces still in two languages after ``_in_one_language`` (a re-decode failed)."""
+        return bool(cls._stale(segment, pieces[:-1], pieces[-1].result.lang))
 
     @staticmethod
     def _timing(segment: Segment, snapshot: TailSnapshot, outcome: DecodeOutcome | None, pieces: int,
