@@ -76,7 +76,7 @@ def greedy_onnx(encoder: ort.InferenceSession, decoder: ort.InferenceSession, me
     cache_v = np.zeros_like(cache_k)
     tokens, offset, out = np.array([prompt], np.int64), 0, []
     while len(out) < limit:
-        logits, cache_k, cache_v = decoder.run(None, {
+        logits, cache_k, cache_v = decoder.run(["logits", "out_n_layer_self_k_cache", "out_n_layer_self_v_cache"], {
             "tokens": tokens, "in_n_layer_self_k_cache": cache_k, "in_n_layer_self_v_cache": cache_v,
             "n_layer_cross_k": cross_k, "n_layer_cross_v": cross_v, "offset": np.array([offset], np.int64)})
         offset += tokens.shape[1]

@@ -11,7 +11,7 @@ import onnxruntime as ort
 import pytest
 
 from kitt_stt.asr.engine import AsrRequest, DecodeOptions
-from kitt_stt.asr.factory import build_engine
+from kitt_stt.asr.factory import build_engine, plan_engine
 from kitt_stt.asr.language import TurnLanguage
 from kitt_stt.asr.ort_whisper import OrtWhisperEngine, _reads, read_token_bytes
 from kitt_stt.asr.providers import ProviderError
@@ -90,6 +90,9 @@ def test_engine_setting_picks_the_whisper_engine(whisper_dir: Path) -> None:
         return build_engine(AppConfig.model_validate({"asr": {"model": model, **asr}}))
 
     assert isinstance(built(engine="ort"), OrtWhisperEngine)
+    ort_config = AppConfig.model_validate({"asr": {"model": model, "engine": "ort"}})
+    assert plan_engine(ort_config).info.words  # ready.model.words before the engine is built, too
+    assert not plan_engine(AppConfig.model_validate({"asr": {"model": model}})).info.words
     assert isinstance(built(), SherpaWhisperEngine) and isinstance(built(engine="sherpa"), SherpaWhisperEngine)
     with pytest.raises(ModelError, match="greedily"):
         built(engine="ort", decoding={"method": "beam"})  # type: ignore[arg-type]

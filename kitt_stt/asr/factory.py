@@ -146,7 +146,7 @@ def _plan_whisper(config: AppConfig, directory: Path, kind: str) -> tuple[Engine
     whisper = load_whisper_model(directory)
     provider = "cpu" if on_sherpa else asr.provider.value
     info = EngineInfo(whisper.name, kind, provider, whisper.languages, hotwords=False,
-                      longest_input_ms=LONGEST_AUDIO_MS)
+                      words=whisper.aligns and not on_sherpa, longest_input_ms=LONGEST_AUDIO_MS)
     detector = partial(WhisperLanguageDetector, whisper, num_threads=asr.num_threads,
                        window_frames=options.language_window_ms // 10, pad_frames=options.language_pad_frames,
                        bias=options.language_bias)

@@ -25,9 +25,10 @@ the piece starts later), the language step reads the segment's start on these sa
 from __future__ import annotations
 
 import base64
+import dataclasses
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -37,6 +38,7 @@ from kitt_stt.asr.text import strip_annotations
 from kitt_stt.asr.whisper_graphs import WhisperGraphs, padded_mel, whisper_log_mel
 from kitt_stt.asr.whisper_language import WhisperLanguageDetector
 from kitt_stt.asr.whisper_model import LONGEST_AUDIO_MS, WhisperModel
+from kitt_stt.asr.whisper_timing import speech_bounds_ms, whisper_words
 from kitt_stt.config.schema import AsrConfig
 
 log = logging.getLogger(__name__)
@@ -62,6 +64,11 @@ class GreedyDecode:
     language: str | None  # the language token's code in the prompt (None: an English-only model)
     guess: LanguageGuess | None  # the restricted detection's choice, when it made one
     no_speech: float | None  # P(<|nocaptions|>) at the first step, when it ran alone
+    # with words: each token's probability, and the alignment rows (heads, tokens + 1, audio frames)
+    probabilities: list[float] = field(default_factory=list)
+    scores: np.ndarray | None = None
+    audio_frames: int = 0  # encoder frames holding audio, not the tail padding
+    speech_ms: tuple[int, int] = (0, 0)  # where the piece's loud frames begin and end
 
 
 class _FirstStep:
@@ -77,7 +84,7 @@ class _FirstStep:
         if self._logits is None:
             graphs = self._graphs
             cache = graphs.empty_cache()
-            self._logits, _ = graphs.step([graphs.tokens.sot], (cache, cache), self._cross, 0)
+            self._logits, _, _ = graphs.step([graphs.tokens.sot], (cache, cache), self._cross, 0)
         return self._logits
 
     @property
@@ -104,8 +111,8 @@ class OrtWhisperEngine(AsrEngine):
         graphs = self._graphs
         self._detector = (LazyDetector(lambda: detector(graphs))
                           if detector is not None and len(model.languages) > 2 else None)
-        self.info = EngineInfo(name=model.name, kind=kind, provider=config.provider.value,
-                               languages=model.languages, hotwords=False, longest_input_ms=LONGEST_AUDIO_MS)
+        self.info = EngineInfo(name=model.name, kind=kind, provider=config.provider.value, languages=model.languages,
+                               hotwords=False, words=graphs.aligns, longest_input_ms=LONGEST_AUDIO_MS)
 
     def decode_batch(self, requests: Sequence[AsrRequest], timer: StageTimer | None = None) -> list[AsrResult]:
         timer = timer or StageTimer()
@@ -149,10 +156,14 @@ class OrtWhisperEngine(AsrEngine):
         with timer.stage("language"):
             language, guess = self._language(request, first)
         with timer.stage("decode"):
-            return self._greedy(mel, cross, language, guess, first.no_speech() if first.ran else None)
+            decoded = self._greedy(mel, cross, language, words=request.options.words and graphs.aligns)
+        return dataclasses.replace(decoded, guess=guess, no_speech=first.no_speech() if first.ran else None,
+                                   speech_ms=speech_bounds_ms(request.samples))
 
     def _greedy(self, mel: np.ndarray, cross: tuple[np.ndarray, np.ndarray], language: str,
-                guess: LanguageGuess | None, no_speech: float | None) -> GreedyDecode:
+                words: bool) -> GreedyDecode:
+        """Greedy search as sherpa-onnx runs it; with ``words`` also each token's probability and
+        the alignment heads' rows for ``asr/whisper_timing.py``."""
         special, graphs = self._special, self._graphs
         code: str | None = None
         prompt = [special.sot]
@@ -162,19 +173,31 @@ class OrtWhisperEngine(AsrEngine):
             code = language
             prompt += [special.languages[language], self._task]
         prompt.append(special.no_timestamps)
-        logits, cache = graphs.step(prompt, (graphs.empty_cache(), graphs.empty_cache()), cross, 0)
+        audio_frames = mel.shape[1] // 2
+        logits, cache, qk = graphs.step(prompt, (graphs.empty_cache(), graphs.empty_cache()), cross, 0, words)
+        rows = [qk[:, -1, :audio_frames]] if qk is not None else []  # the row that predicts the first token
         offset = len(prompt)
         limit = min(int(mel.shape[1] / 100.0 * TOKENS_PER_SECOND), special.text_ctx // 2)
         tokens: list[int] = []
+        probabilities: list[float] = []
         best = int(np.argmax(logits))
         while len(tokens) < limit and best != special.eot:
             tokens.append(best)
-            logits, cache = graphs.step([best], cache, cross, offset)
+            if words:
+                probabilities.append(_text_probability(logits, best, special.eot))
+            logits, cache, qk = graphs.step([best], cache, cross, offset, words)
+            if qk is not None:
+                rows.append(qk[:, 0, :audio_frames])
             offset += 1
             if offset >= special.text_ctx - 1:
                 break
             best = int(np.argmax(logits))
-        return GreedyDecode(tokens, code, guess, no_speech)
+        if not words:
+            return GreedyDecode(tokens, code, None, None)
+        kept = [index for index, token in enumerate(tokens) if token in self._text]  # specials have no words
+        return GreedyDecode(tokens, code, None, None, probabilities=[probabilities[index] for index in kept],
+                            scores=np.stack([rows[index] for index in [*kept, len(tokens)]], axis=1),
+                            audio_frames=audio_frames)
 
     def _result(self, decoded: GreedyDecode) -> AsrResult:
         pieces = [self._text[token] for token in decoded.tokens if token in self._text]
@@ -189,9 +212,18 @@ class OrtWhisperEngine(AsrEngine):
         except UnicodeDecodeError:  # a token holding part of a character has no text of its own
             tokens = []
         guess = decoded.guess
+        words = () if decoded.scores is None else whisper_words(pieces, decoded.probabilities, decoded.scores,
+                                                                 decoded.audio_frames, decoded.speech_ms)
         return AsrResult(text=strip_annotations(text), tokens=tokens, lang=decoded.language,
                          lang_probability=guess.probability if guess is not None else None,
-                         no_speech_probability=decoded.no_speech)
+                         no_speech_probability=decoded.no_speech, words=words)
+
+
+def _text_probability(logits: np.ndarray, token: int, eot: int) -> float:
+    """``token``'s softmax probability among the text tokens (those before ``<|endoftext|>``)."""
+    text = logits[:eot].astype(np.float64)
+    top = text.max()
+    return float(np.exp(text[token] - top) / np.exp(text - top).sum()) if token < eot else 0.0
 
 
 def _reads(piece: np.ndarray, audio: np.ndarray, enough: int) -> bool:

@@ -21,13 +21,14 @@ import onnxruntime as ort
 
 from kitt_stt.asr.providers import check_active, check_available, provider_chain
 from kitt_stt.asr.sense_voice_model import read_model_header
-from kitt_stt.asr.whisper_model import WhisperModel
+from kitt_stt.asr.whisper_model import ALIGNMENT_OUTPUT, WhisperModel
 from kitt_stt.config.schema import AsrConfig, Provider
 
 SAMPLE_RATE = 16000
 FRAME_SAMPLES = 160  # one 10 ms feature frame
 WINDOW_FRAMES = 3000  # Whisper's 30 s window, in 10 ms frames
 MAX_FRAMES = WINDOW_FRAMES - 50  # as sherpa-onnx: at most 30 s less a margin of silence
+DECODER_OUTPUTS = ["logits", "out_n_layer_self_k_cache", "out_n_layer_self_v_cache"]
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,7 @@ class WhisperGraphs:
         self.decoder = ort.InferenceSession(str(model.decoder_path), options, providers=decoder_chain)
         check_active(self.encoder, config.provider)
         check_active(self.decoder, decoder_provider)
+        self.aligns = model.aligns  # an export with the alignment heads' scores can time words
 
     def encode(self, mel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(1, 80, T) -> every decoder layer's cross keys and values, (layers, 1, T / 2, d) each."""
@@ -139,15 +141,18 @@ class WhisperGraphs:
         return np.zeros((t.layers, 1, t.text_ctx, t.text_state), dtype=np.float32)
 
     def step(self, tokens: list[int], cache: tuple[np.ndarray, np.ndarray], cross: tuple[np.ndarray, np.ndarray],
-             offset: int) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+             offset: int, scores: bool = False) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray], np.ndarray | None]:
         """Run ``tokens`` at positions ``offset``.. with the self-attention ``cache`` of the positions
-        before; returns the logits of the last token and the updated cache."""
-        logits, cache_k, cache_v = self.decoder.run(None, {
+        before; returns the logits of the last token, the updated cache and, with ``scores`` (on an
+        export that has them), the alignment heads' raw cross-attention scores (heads, tokens, frames)."""
+        names = [*DECODER_OUTPUTS, ALIGNMENT_OUTPUT] if scores and self.aligns else DECODER_OUTPUTS
+        outputs = self.decoder.run(names, {
             "tokens": np.array([tokens], dtype=np.int64),
             "in_n_layer_self_k_cache": cache[0],
             "in_n_layer_self_v_cache": cache[1],
             "n_layer_cross_k": cross[0],
             "n_layer_cross_v": cross[1],
             "offset": np.array([offset], dtype=np.int64),
-        })[:3]
-        return np.asarray(logits[0, -1], dtype=np.float32), (cache_k, cache_v)
+        })
+        qk = outputs[3][0] if len(outputs) > 3 else None
+        return np.asarray(outputs[0][0, -1], dtype=np.float32), (outputs[1], outputs[2]), qk

@@ -102,5 +102,5 @@ class WhisperLanguageDetector:
         graphs = self._graphs
         cross = graphs.encode(padded_mel(mel, self._pad_frames, silence))
         cache = graphs.empty_cache()
-        logits, _ = graphs.step([self._sot], (cache, cache), cross, 0)
+        logits, _, _ = graphs.step([self._sot], (cache, cache), cross, 0)
         return logits

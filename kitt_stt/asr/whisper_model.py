@@ -19,6 +19,7 @@ REQUIRED_KEYS = ("n_mels", "n_text_layer", "n_text_ctx", "n_text_state", "n_voca
                  "translate", "transcribe", "is_multilingual", "no_timestamps", "no_speech", "sot_sequence")
 MULTILINGUAL_KEYS = ("all_language_tokens", "all_language_codes")
 DECODER_INPUTS = 6
+ALIGNMENT_OUTPUT = "cross_qk"  # the decoder's alignment heads' scores (models/whisper_export.py)
 LONGEST_AUDIO_MS = 29_500  # sherpa-onnx keeps 3000 - 50 feature frames and drops the rest
 
 
@@ -29,6 +30,7 @@ class WhisperModel:
     decoder_path: Path
     tokens_path: Path
     languages: tuple[str, ...]
+    aligns: bool = False  # the decoder outputs the alignment heads' scores (words can be timed)
 
     @property
     def name(self) -> str:
@@ -74,4 +76,5 @@ def load_whisper_model(directory: Path, prefer_int8: bool = True) -> WhisperMode
         raise ModelError(f"{decoder_path}: expected {DECODER_INPUTS} inputs (tokens, self k/v caches, cross k/v, "
                          f"offset) and 3 outputs, found {len(decoder.inputs)} and {len(decoder.outputs)}")
     codes = tuple(metadata["all_language_codes"].split(",")) if multilingual else ("en",)
-    return WhisperModel(directory, encoder_path, decoder_path, tokens[0], languages=("auto", *codes))
+    aligns = any(output.name == ALIGNMENT_OUTPUT for output in decoder.outputs)
+    return WhisperModel(directory, encoder_path, decoder_path, tokens[0], languages=("auto", *codes), aligns=aligns)

@@ -69,6 +69,7 @@ _ENTRIES = (
                     "converted to sherpa-onnx on install (fp32 encoder, int8 decoder; needs torch)",
         licence="MIT (OpenAI Whisper); LICENSE and NOTICE are installed beside the model",
         install=lambda out, _: fetch_whisper_base(out),
+        revision=2,  # 2: the decoder outputs the alignment heads' cross-attention scores (word timings)
     ),
     RegistryEntry(
         name="sensevoice-bench",

@@ -7,7 +7,11 @@ sherpa-onnx runs Whisper as two graphs:
   layer's cross-attention key/value weights, so the decoder never recomputes them;
 - decoder: ``tokens`` (N, n), ``in_n_layer_self_k_cache`` / ``in_n_layer_self_v_cache`` (layers,
   N, n_text_ctx, d), the cross k/v and ``offset`` (1,), the number of tokens already in the
-  caches -> ``logits`` (N, n, vocab) and the updated caches.
+  caches -> ``logits`` (N, n, vocab), the updated caches, and ``cross_qk`` (N, heads, n, T/2): the
+  alignment heads' raw cross-attention scores (``q k^T / sqrt(d_head)``, before the softmax), from
+  which ``asr/whisper_timing.py`` times words. The heads are the model's own (CTranslate2's
+  ``config.json`` lists them; without one, every head of the last half of the layers, as Whisper
+  itself falls back to); sherpa-onnx reads the first three outputs and ignores the fourth.
 
 The encoder's metadata carries what the recognizer needs to drive decoding (dimensions and special
 token ids, language tokens and codes). The graphs are rebuilt here from the weights with torch
@@ -49,8 +53,11 @@ def _count_layers(model: Ct2Model, prefix: str) -> int:
     return count
 
 
-def _build_modules(model: Ct2Model) -> tuple[Any, Any, dict[str, int]]:
-    """Return (encoder, decoder, dims) as torch modules holding the float32 weights."""
+def _build_modules(model: Ct2Model, alignment_heads: list[tuple[int, int]] | None = None
+                   ) -> tuple[Any, Any, dict[str, int]]:
+    """Return (encoder, decoder, dims) as torch modules holding the float32 weights; the decoder
+    also outputs the raw cross-attention scores of ``alignment_heads`` ((layer, head) pairs;
+    None: every head of the last half of the layers)."""
     torch = _torch()
     from torch import nn
     from torch.nn import functional
@@ -66,14 +73,18 @@ def _build_modules(model: Ct2Model) -> tuple[Any, Any, dict[str, int]]:
     def linear(x: Any, prefix: str, owner: Any) -> Any:
         return functional.linear(x, owner.p[f"{prefix}/weight"], owner.p[f"{prefix}/bias"])
 
-    def attend(q: Any, k: Any, v: Any, heads: int, mask: Any | None = None) -> Any:
-        """Scaled dot-product attention, written out so the legacy ONNX exporter sees plain MatMuls."""
+    def attend(q: Any, k: Any, v: Any, heads: int, mask: Any | None = None, scores_out: list[Any] | None = None
+               ) -> Any:
+        """Scaled dot-product attention, written out so the legacy ONNX exporter sees plain MatMuls;
+        ``scores_out`` receives the raw scores (batch, heads, q, k) before the mask and softmax."""
         batch, q_len, width = q.shape
         head_dim = width // heads
         q = q.reshape(batch, q_len, heads, head_dim).transpose(1, 2)
         k = k.reshape(batch, -1, heads, head_dim).transpose(1, 2)
         v = v.reshape(batch, -1, heads, head_dim).transpose(1, 2)
         scores = torch.matmul(q, k.transpose(-1, -2)) * (head_dim ** -0.5)
+        if scores_out is not None:
+            scores_out.append(scores)
         if mask is not None:
             scores = scores + mask
         weights = torch.softmax(scores, dim=-1)
@@ -94,6 +105,8 @@ def _build_modules(model: Ct2Model) -> tuple[Any, Any, dict[str, int]]:
         "n_text_head": model.scalar("decoder/num_heads"),
         "n_text_layer": decoder_layers,
     }
+    heads = alignment_heads or [(layer, head) for layer in range(decoder_layers // 2, decoder_layers)
+                                for head in range(dims["n_text_head"])]
 
     class Weights(nn.Module):
         def __init__(self, names: list[str]) -> None:
@@ -139,7 +152,7 @@ def _build_modules(model: Ct2Model) -> tuple[Any, Any, dict[str, int]]:
             super().__init__(names)
 
         def forward(self, tokens: Any, self_k: Any, self_v: Any, cross_k: Any, cross_v: Any,
-                    offset: Any) -> tuple[Any, Any, Any]:
+                    offset: Any) -> tuple[Any, Any, Any, Any]:
             p = self.p
             start = offset[0]
             count = tokens.shape[1]
@@ -149,7 +162,7 @@ def _build_modules(model: Ct2Model) -> tuple[Any, Any, dict[str, int]]:
             key_positions = torch.arange(end, dtype=torch.int64)
             future = key_positions.unsqueeze(0) > query_positions.unsqueeze(1)
             mask = torch.zeros(future.shape, dtype=x.dtype).masked_fill(future, float("-inf"))
-            new_keys, new_values = [], []
+            new_keys, new_values, cross_scores = [], [], []
             for i in range(decoder_layers):
                 prefix = f"decoder/layer_{i}"
                 h = layer_norm(x, f"{prefix}/self_attention/layer_norm", self)
@@ -162,16 +175,28 @@ def _build_modules(model: Ct2Model) -> tuple[Any, Any, dict[str, int]]:
                 x = x + linear(attended, f"{prefix}/self_attention/linear_1", self)
                 h = layer_norm(x, f"{prefix}/attention/layer_norm", self)
                 q = linear(h, f"{prefix}/attention/linear_0", self)
-                x = x + linear(attend(q, cross_k[i], cross_v[i], dims["n_text_head"]),
+                scores: list[Any] = []
+                x = x + linear(attend(q, cross_k[i], cross_v[i], dims["n_text_head"], scores_out=scores),
                                f"{prefix}/attention/linear_2", self)
+                cross_scores += [scores[0][:, head : head + 1] for layer, head in heads if layer == i]
                 h = layer_norm(x, f"{prefix}/ffn/layer_norm", self)
                 x = x + linear(functional.gelu(linear(h, f"{prefix}/ffn/linear_0", self)), f"{prefix}/ffn/linear_1",
                                self)
             x = layer_norm(x, "decoder/layer_norm", self)
             logits = torch.matmul(x, p["decoder/embeddings/weight"].transpose(0, 1))
-            return logits, torch.stack(new_keys), torch.stack(new_values)
+            return logits, torch.stack(new_keys), torch.stack(new_values), torch.cat(cross_scores, dim=1)
 
     return Encoder().eval(), Decoder().eval(), dims
+
+
+def read_alignment_heads(config_json: Path) -> list[tuple[int, int]] | None:
+    """CTranslate2's ``alignment_heads`` ((layer, head) pairs) from the model's ``config.json``."""
+    import json
+
+    if not config_json.is_file():
+        return None
+    heads = json.loads(config_json.read_text(encoding="utf-8")).get("alignment_heads")
+    return [(int(layer), int(head)) for layer, head in heads] if heads else None
 
 
 def whisper_metadata(dims: dict[str, int], vocab: WhisperVocabulary, model_type: str) -> dict[str, str]:
@@ -210,7 +235,8 @@ def _export(module: Any, example: tuple[Any, ...], path: Path, inputs: list[str]
 
 def convert_whisper(model_bin: Path, vocabulary: Path, out_dir: Path, prefix: str = "base",
                     keep_fp32: bool = False) -> dict[str, str]:
-    """Write ``{prefix}-encoder.onnx``, ``{prefix}-decoder.int8.onnx`` and ``{prefix}-tokens.txt``.
+    """Write ``{prefix}-encoder.onnx``, ``{prefix}-decoder.int8.onnx`` and ``{prefix}-tokens.txt``;
+    the alignment heads come from ``config.json`` beside ``model_bin`` when it has them.
 
     The encoder stays float32: dynamic int8 quantisation distorts its output (Whisper's encoder
     activations have large outliers; measured against CTranslate2 the cross keys were off by up
@@ -230,7 +256,8 @@ def convert_whisper(model_bin: Path, vocabulary: Path, out_dir: Path, prefix: st
     vocab = read_vocabulary(vocabulary)
     torch = _torch()
     out_dir.mkdir(parents=True, exist_ok=True)
-    encoder, decoder, dims = _build_modules(weights)
+    alignment_heads = read_alignment_heads(model_bin.parent / "config.json")
+    encoder, decoder, dims = _build_modules(weights, alignment_heads)
     if dims["n_vocab"] != len(vocab.tokens):
         raise ValueError(f"vocabulary has {len(vocab.tokens)} tokens, the model {dims['n_vocab']}")
     layers, state, ctx = dims["n_text_layer"], dims["n_text_state"], dims["n_text_ctx"]
@@ -247,10 +274,11 @@ def convert_whisper(model_bin: Path, vocabulary: Path, out_dir: Path, prefix: st
             fp32["decoder"],
             ["tokens", "in_n_layer_self_k_cache", "in_n_layer_self_v_cache", "n_layer_cross_k", "n_layer_cross_v",
              "offset"],
-            ["logits", "out_n_layer_self_k_cache", "out_n_layer_self_v_cache"],
+            ["logits", "out_n_layer_self_k_cache", "out_n_layer_self_v_cache", "cross_qk"],
             {"tokens": {0: "N", 1: "n"}, "in_n_layer_self_k_cache": {1: "N"}, "in_n_layer_self_v_cache": {1: "N"},
              "n_layer_cross_k": {1: "N", 2: "T2"}, "n_layer_cross_v": {1: "N", 2: "T2"},
-             "logits": {0: "N", 1: "n"}, "out_n_layer_self_k_cache": {1: "N"}, "out_n_layer_self_v_cache": {1: "N"}})
+             "logits": {0: "N", 1: "n"}, "out_n_layer_self_k_cache": {1: "N"}, "out_n_layer_self_v_cache": {1: "N"},
+             "cross_qk": {0: "N", 2: "n", 3: "T2"}})
     del encoder, decoder, weights
     metadata = whisper_metadata(dims, vocab, model_type=f"whisper-{prefix}")
     written = {}
