@@ -19,7 +19,6 @@ for it would only delay the commit.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -32,8 +31,6 @@ from kitt_stt.turn.prosody import NEUTRAL, Prosody, prosody
 from kitt_stt.turn.text_model import TurnTextModel
 from kitt_stt.turn.words import WordEvidence, word_evidence
 from kitt_stt.turnsense.model import TurnPrediction
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -152,15 +149,8 @@ async def _evidence(context: TurnContext, text_model: TurnTextModel | None, weig
         return word_evidence(context.text, end_score), prosody(audio) if audio is not None and audio.size else NEUTRAL
 
     running = asyncio.get_running_loop().run_in_executor(_EVIDENCE_THREAD, work)
-    try:
-        return await asyncio.wait_for(running, max(0.0, wait_ms - context.waited_ms()) / 1000.0)
-    except asyncio.TimeoutError:  # not the builtin on 3.10
-        log.warning("end-of-turn evidence not ready within the turn's wait; the text view has no opinion")
-    except asyncio.CancelledError:
-        raise
-    except Exception:
-        log.exception("end-of-turn evidence failed; the text view has no opinion")
-    return word_evidence(context.text), NEUTRAL
+    answer = await answer_within(running, wait_ms - context.waited_ms(), "end-of-turn evidence (the text view)")
+    return answer if answer is not None else (word_evidence(context.text), NEUTRAL)
 
 
 def _answered(future: asyncio.Future[TurnPrediction] | None) -> TurnPrediction | None:
