@@ -253,3 +253,12 @@ def test_a_text_model_that_cannot_run_fails_with_the_reason(tmp_path: Path, mode
     result = doctor(tmp_path, config)
     assert result.returncode == 1, result.stdout
     assert "not a usable end-of-turn text model (KeyError: 'layers')" in result.stdout
+
+
+def test_weights_that_serve_would_refuse_fail_the_doctor(tmp_path: Path, model_cache: Path) -> None:
+    weights = tmp_path / "weights.json"
+    weights.write_text('{"features": ["word_count"], "mean": [0], "scale": [1], "weights": [1], "bias": 0}')
+    config = {**cpu_config(model_cache, tmp_path), "turn": {"model": "turnsense", "fused_weights": str(weights)}}
+    result = doctor(tmp_path, config, "--no-device")
+    assert result.returncode == 1, result.stdout
+    assert "turn.fused_weights" in result.stdout and "does not build" in result.stdout

@@ -7,8 +7,10 @@ weights and threshold decide."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -78,6 +80,20 @@ async def test_a_slow_text_view_cannot_hold_the_turn_past_its_wait() -> None:
     assert await asyncio.to_thread(view.finished.wait, 2.0)
 
 
+async def test_runs_still_queued_when_their_wait_ends_are_dropped_not_run_late() -> None:
+    """Six decisions at once behind one slow view: the thread runs what it had started, and the
+    runs still queued when their decisions gave up never run, so a later decision is not delayed."""
+    view = FakeTextView(SURE, delay_s=0.2)
+    started = time.perf_counter()
+    await asyncio.gather(*(fused(view, wait_ms=250).decide(TurnContext(started, answered(0.5), f"open window {i}"))
+                           for i in range(6)))
+    await asyncio.sleep(0.3)  # what had started ends
+    assert len(view.threads) <= 3  # two fit in the 250 ms (plus one started at its edge); not all six
+    fast = FakeTextView(SURE)
+    decision = await fused(fast).decide(TurnContext(time.perf_counter(), answered(0.5), "open the window"))
+    assert decision.reason is CommitReason.MODEL and fast.threads and decision.wait_ms < 250
+
+
 async def test_a_commit_does_not_wait_for_a_model_the_weights_do_not_weigh() -> None:
     """The shipped weights weigh the words only: a sure text commits at once while TurnSense has
     not answered, and the commit says it had no p."""
@@ -103,6 +119,16 @@ async def test_weights_that_weigh_the_model_wait_for_its_answer() -> None:
     assert decision.reason is CommitReason.MODEL and decision.probability == 0.9 and decision.wait_ms >= 150
 
 
+async def test_an_answer_that_came_after_the_words_is_the_first_looks() -> None:
+    """Not confident on the words: the turn waits, takes the model's late answer as its p, and the
+    commit names the first look as when the answer had come in time."""
+    prediction = pending()
+    asyncio.get_running_loop().call_later(0.05, prediction.set_result, TurnPrediction(0.4, 1.0, 2.0))
+    decision = await fused(FakeTextView(UNSURE_BUT_LEANING_OVER), wait_ms=150).decide(
+        TurnContext(time.perf_counter(), prediction, "turn on the air conditioning"))
+    assert decision.reason is CommitReason.TIMEOUT and decision.probability == 0.4 and decision.looks_ms == (100,)
+
+
 async def test_probably_over_still_waits_for_the_models_answer() -> None:
     """Not sure enough to commit, sure enough to announce: the announcement needs the model's answer
     (docs/protocol.md), so it comes when that answer does, and never without it."""
@@ -125,13 +151,18 @@ async def test_the_text_view_runs_on_the_evidence_thread_never_the_loop() -> Non
     assert view.threads[0] != threading.current_thread().name
 
 
-@pytest.mark.parametrize("turn", [{"policy": "turnsense"}, {"text_model": None}])
+@pytest.mark.parametrize("turn", [{"policy": "turnsense"}, {"text_model": None}, {"fused_weights": "P_ONLY"}])
 def test_a_decision_that_would_not_read_the_words_loads_no_text_model(monkeypatch: pytest.MonkeyPatch,
-                                                                     turn: dict[str, Any]) -> None:
+                                                                     tmp_path: Path, turn: dict[str, Any]) -> None:
     def refuse(*_args: object, **_kwargs: object) -> None:
         raise AssertionError("resolved a text model the decision does not use")
 
     monkeypatch.setattr("kitt_stt.models.registry.resolve_model", refuse)
+    if turn.get("fused_weights") == "P_ONLY":  # weights that do not weigh text_end
+        weights = tmp_path / "weights.json"
+        weights.write_text(json.dumps({"features": ["model_logit"], "mean": [0.0], "scale": [1.0], "weights": [1.0],
+                                       "bias": 0.0}))
+        turn = {"fused_weights": str(weights)}
     config = AppConfig.model_validate({"turn": turn})
     assert policy_factory.load_text_model(config, has_model=True) is None
     assert policy_factory.load_text_model(AppConfig(), has_model=False) is None  # silence only: no words read

@@ -209,8 +209,8 @@ def _check_models(report: Report, config: AppConfig) -> list[ModelLocation]:
     settings = [("asr.model", config.asr.model)] + ([("turn.model", config.turn.model)] if config.turn.model else [])
     try:
         text_model = text_model_spec(config, has_model=config.turn.model is not None)
-    except CombinerError as exc:
-        report.warn("models", "turn.fused_weights", str(exc))
+    except CombinerError as exc:  # serve refuses to start on these weights
+        report.fail("models", "turn.fused_weights", str(exc), "usable turn.fused_weights")
         text_model = None
     if text_model is not None:
         settings.append(("turn.text_model", text_model))
@@ -241,6 +241,10 @@ def _check_text_view(report: Report, location: ModelLocation, num_threads: int) 
         answer = TurnTextModel(location.directory, num_threads).end_of_turn(TEXT_VIEW_PROBE)
     except TextModelError as exc:
         report.fail("models", "  text view", str(exc), "a text model this onnxruntime can run")
+        return
+    except Exception as exc:  # it loaded but cannot score: the decision would have no text view
+        report.fail("models", "  text view", f"scoring {TEXT_VIEW_PROBE!r} failed: {type(exc).__name__}: {exc}",
+                    "a text model this onnxruntime can run")
         return
     scored = "no words" if answer is None else f"end log-odds {answer.log_odds:.1f}, {answer.ms:.0f} ms"
     report.add("models", "  text view", Status.OK, f"{TEXT_VIEW_PROBE!r}: {scored} (onnxruntime {ort.__version__})")

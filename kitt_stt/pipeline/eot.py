@@ -22,7 +22,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 import numpy as np
 
@@ -123,24 +123,20 @@ async def sleep_until(context: TurnContext, wait_ms: float) -> None:
         await asyncio.sleep(remaining / 1000.0)
 
 
-Answer = TypeVar("Answer")
-
-
-async def answer_within(future: asyncio.Future[Answer] | None, remaining_ms: float,
-                        what: str = "end-of-turn model") -> Answer | None:
-    """The answer if it comes within ``remaining_ms``; None when it fails, is late or was never
-    asked for: every policy treats those as "not confident" (or, for evidence, "no opinion").
-    Shielded: the seat owns the prediction (a later decision of the same turn may await it again)."""
+async def answer_within(future: asyncio.Future[TurnPrediction] | None, remaining_ms: float) -> TurnPrediction | None:
+    """The model's answer if it comes within ``remaining_ms``; None when it fails, is late or was
+    never asked for: every policy treats those as "not confident". Shielded: the seat owns the
+    prediction (a later decision of the same turn may await it again)."""
     if future is None:
         return None
     try:
         return await asyncio.wait_for(asyncio.shield(future), max(0.0, remaining_ms) / 1000.0)
     except asyncio.TimeoutError:  # not the builtin on 3.10
-        log.debug("%s did not answer in time; treated as not confident", what)
+        log.debug("end-of-turn model did not answer in time; treated as not confident")
     except asyncio.CancelledError:
         raise
     except Exception:
-        log.exception("%s failed; treated as not confident", what)
+        log.exception("end-of-turn model failed; treated as not confident")
     return None
 
 

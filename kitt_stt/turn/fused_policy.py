@@ -19,6 +19,7 @@ for it would only delay the commit.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -31,6 +32,8 @@ from kitt_stt.turn.prosody import NEUTRAL, Prosody, prosody
 from kitt_stt.turn.text_model import TurnTextModel
 from kitt_stt.turn.words import WordEvidence, word_evidence
 from kitt_stt.turnsense.model import TurnPrediction
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -75,8 +78,10 @@ class FusedPolicy(EotPolicy):
                              ending, threshold)
         if prediction is None and not self._weighs_model:
             # not confident, so the turn waits anyway: the model's answer, when it comes, is the
-            # commit's p and may announce a turn_eager
+            # commit's p and may announce a turn_eager; it is the first look's, whenever it came
             prediction = await answer_within(context.prediction, wait_ms - context.waited_ms())
+            if prediction is not None:
+                looks.append(settings.first_look_ms)
         # "probably over" needs the model's answer: words alone are not a turn_eager (docs/protocol.md)
         if (prediction is not None and context.on_eager is not None and not held
                 and settings.eager_threshold is not None and score.confidence >= settings.eager_threshold):
@@ -140,8 +145,8 @@ async def _evidence(context: TurnContext, text_model: TurnTextModel | None, weig
                     wait_ms: float) -> tuple[WordEvidence, Prosody]:
     """The words' evidence (with the text view's log-odds when the policy has one) and, when the
     weights weigh it, the prosody of the turn's end, off the event loop. Bounded by ``wait_ms``:
-    past it the words count by rule alone (the text view has no opinion) and the prosody is neutral;
-    the late run still finishes on the evidence thread, which it holds for ~15-25 ms."""
+    past it the words count by rule alone (the text view has no opinion) and the prosody is neutral.
+    A run already started finishes (a thread cannot be stopped; ~15-25 ms); one still queued is dropped."""
     audio = context.look.audio() if context.look is not None and weighs_prosody else None
     end_score = None if text_model is None else _log_odds(text_model)
 
@@ -149,13 +154,26 @@ async def _evidence(context: TurnContext, text_model: TurnTextModel | None, weig
         return word_evidence(context.text, end_score), prosody(audio) if audio is not None and audio.size else NEUTRAL
 
     running = asyncio.get_running_loop().run_in_executor(_EVIDENCE_THREAD, work)
-    answer = await answer_within(running, wait_ms - context.waited_ms(), "end-of-turn evidence (the text view)")
-    return answer if answer is not None else (word_evidence(context.text), NEUTRAL)
+    try:
+        # not shielded: a run still queued when the wait ends (or the decision is cancelled) is
+        # dropped, so stale runs never pile up on the one thread ahead of later decisions
+        return await asyncio.wait_for(running, max(0.0, wait_ms - context.waited_ms()) / 1000.0)
+    except asyncio.TimeoutError:  # not the builtin on 3.10
+        log.warning("the text view did not answer within the turn's wait; it has no opinion on this turn")
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("the turn's evidence failed; the text view has no opinion on this turn")
+    return word_evidence(context.text), NEUTRAL
 
 
 def _answered(future: asyncio.Future[TurnPrediction] | None) -> TurnPrediction | None:
     """The model's answer if it has already come (without waiting for it), else None."""
-    if future is None or not future.done() or future.cancelled() or future.exception() is not None:
+    if future is None or not future.done() or future.cancelled():
+        return None
+    failure = future.exception()
+    if failure is not None:
+        log.warning("end-of-turn model failed (%s); the commit carries no p", failure)
         return None
     return future.result()
 
