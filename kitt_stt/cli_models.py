@@ -49,6 +49,8 @@ def cmd_models_prepare(args: argparse.Namespace) -> int:
     from kitt_stt.asr.sense_voice_model import ModelError
     from kitt_stt.models.registry import resolve_model
     from kitt_stt.models.vad_model import resolve_vad_model
+    from kitt_stt.turn.combiner import CombinerError
+    from kitt_stt.turn.policy_factory import text_model_spec
 
     try:
         config = load_config(args.config).config
@@ -56,10 +58,14 @@ def cmd_models_prepare(args: argparse.Namespace) -> int:
         if config.turn.model:
             resolved.append(resolve_model(config.turn.model, config.models, setting="turn.model",
                                           directory_kind="turnsense"))
+        text_model = text_model_spec(config, has_model=config.turn.model is not None)
+        if text_model is not None:
+            resolved.append(resolve_model(text_model, config.models, setting="turn.text_model",
+                                          directory_kind="turn_text"))
         vad_model = resolve_vad_model(config)
         if vad_model is not None:
             resolved.append(vad_model)
-    except (ConfigError, ModelError) as exc:
+    except (ConfigError, ModelError, CombinerError) as exc:
         return _fail(str(exc))
     for model in resolved:
         print(f"{model.name} ({model.kind}): {model.directory}")
@@ -152,6 +158,7 @@ def add_model_commands(commands: Any) -> None:
     convert.add_argument("--prefix", default="whisper", help="file name prefix: PREFIX-encoder.onnx, ...")
     convert.set_defaults(handler=cmd_models_convert_whisper)
 
-    prepare = model_commands.add_parser("prepare", help="install the configured asr.model, turn.model and vad.model")
+    prepare = model_commands.add_parser(
+        "prepare", help="install the configured asr.model, turn.model, turn.text_model and vad.model")
     prepare.add_argument("--config")
     prepare.set_defaults(handler=cmd_models_prepare)

@@ -225,3 +225,40 @@ def test_no_device_tolerates_only_the_driver_libraries_a_container_gets_at_run_t
     other = Report("t")
     _check_libraries(other, [on_other], [], {"cuda", "tensorrt"}, no_device=True)
     assert other.missing == ["libnvinfer.so.10"]
+
+
+def test_the_text_view_is_checked_by_running_it(tmp_path: Path, model_cache: Path, turnsense_dir: Path,
+                                                text_model_dir: Path) -> None:
+    """The default decision reads the words: the doctor names turn.text_model, loads it and scores a
+    phrase (intact files can still need a newer onnxruntime than this host's)."""
+    config = {**cpu_config(model_cache, tmp_path), "turn": {"model": "turnsense", "text_model": "smollm2-turn"}}
+    result = doctor(tmp_path, config)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "turn.text_model=smollm2-turn" in result.stdout and "'open the window': end log-odds" in result.stdout
+
+
+def test_a_text_model_that_cannot_run_fails_with_the_reason(tmp_path: Path, model_cache: Path, turnsense_dir: Path,
+                                                            text_model_dir: Path) -> None:
+    broken = tmp_path / "text-model"
+    broken.mkdir()
+    for file in text_model_dir.iterdir():
+        if not file.name.startswith("."):
+            (broken / file.name).symlink_to(file)
+    config_file = broken / "text-model.json"
+    settings = json.loads(config_file.read_text())
+    del settings["layers"]  # a key the loader reads after the files open
+    config_file.unlink()
+    config_file.write_text(json.dumps(settings))
+    config = {**cpu_config(model_cache, tmp_path), "turn": {"model": "turnsense", "text_model": str(broken)}}
+    result = doctor(tmp_path, config)
+    assert result.returncode == 1, result.stdout
+    assert "not a usable end-of-turn text model (KeyError: 'layers')" in result.stdout
+
+
+def test_weights_that_serve_would_refuse_fail_the_doctor(tmp_path: Path, model_cache: Path) -> None:
+    weights = tmp_path / "weights.json"
+    weights.write_text('{"features": ["word_count"], "mean": [0], "scale": [1], "weights": [1], "bias": 0}')
+    config = {**cpu_config(model_cache, tmp_path), "turn": {"model": "turnsense", "fused_weights": str(weights)}}
+    result = doctor(tmp_path, config, "--no-device")
+    assert result.returncode == 1, result.stdout
+    assert "turn.fused_weights" in result.stdout and "does not build" in result.stdout

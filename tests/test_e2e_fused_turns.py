@@ -24,8 +24,12 @@ async def test_the_commit_says_which_evidence_decided(tmp_path: Path, model_cach
             frames = await collect_until(session, lambda fs: bool(commits(fs, "s")), timeout=15)
     decision = commits(frames, "s")[0]["metadata"]["eot"]["decision"]
     assert decision["policy"] == "fused" and decision["reason"] in {"model", "timeout"}
-    assert 0.0 < decision["confidence"] < 1.0 and 0.0 < decision["probability"] < 1.0
+    assert 0.0 < decision["confidence"] < 1.0
+    # the shipped weights weigh the words only: a commit may come before TurnSense answered (0.6.1)
+    assert (decision["probability"] is None) == (decision["model_ms"] is None)
+    assert decision["probability"] is None or 0.0 < decision["probability"] < 1.0
     assert set(decision["evidence"]) == {"model", "silence", "words", "prosody"}
+    assert decision["evidence"]["words"] != 0.0  # the seat's policy reads the words with the process's text view
     assert decision["decided_by"] in decision["evidence"]
     assert (decision["reason"] == "model") == (decision["confidence"] >= decision["threshold"])
     assert decision["looks_ms"][0] == 100

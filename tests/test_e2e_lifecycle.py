@@ -94,6 +94,9 @@ def test_models_prepare_builds_the_configured_model_into_the_cache(tmp_path: Pat
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "cache" / "tone" / "model.onnx").is_file()
     assert (tmp_path / "cache" / "tone" / ".complete").is_file()
+    # the default decision's two models too: TurnSense and the text view it reads the words with
+    assert {"turnsense", "smollm2-turn"} <= {line.split(" ", 1)[0] for line in result.stdout.splitlines()}
+    assert (tmp_path / "cache" / "smollm2-turn" / ".complete").is_file()
 
 
 def test_models_verify_detects_a_flipped_byte(tmp_path: Path) -> None:

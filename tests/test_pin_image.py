@@ -37,7 +37,7 @@ def _images(directory: Path) -> set[str]:
             for c in containers(owner["spec"]["template"]["spec"])}
 
 
-@pytest.mark.parametrize("overlay,tag", [("rtx4090", "0.6.0-gpu"), ("orin", "0.6.0-orin")])
+@pytest.mark.parametrize("overlay,tag", [("rtx4090", "0.6.1-gpu"), ("orin", "0.6.1-orin")])
 def test_every_container_runs_the_pinned_digest(tree: Path, overlay: str, tag: str) -> None:
     directory = tree / "overlays" / overlay
     before = (directory / "kustomization.yaml").read_text()
@@ -58,15 +58,15 @@ def test_a_site_overlay_without_images_gets_the_entry(tree: Path, tmp_path: Path
     (site / "kustomization.yaml").write_text(yaml.safe_dump({
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
         "resources": [os.path.relpath(tree / "overlays" / "rtx4090", site)]}))
-    result = _pin(str(site), "registry.example.com/kitt-stt:0.6.0-gpu", "--digest", DIGEST)
+    result = _pin(str(site), "registry.example.com/kitt-stt:0.6.1-gpu", "--digest", DIGEST)
     assert result.returncode == 0, result.stderr
-    assert _images(site) == {f"registry.example.com/kitt-stt:0.6.0-gpu@{DIGEST}"}
+    assert _images(site) == {f"registry.example.com/kitt-stt:0.6.1-gpu@{DIGEST}"}
 
 
 @pytest.mark.parametrize("args,message", [
     (["registry.example.com/kitt-stt", "--digest", DIGEST], "expected REGISTRY/kitt-stt:TAG"),
-    (["registry.example.com/kitt-stt:0.6.0-gpu", "--digest", "sha256:abc"], "not a sha256:<64 hex> digest"),
-    (["registry.example.com/kitt-stt:0.6.0-gpu"], "docker not found: pass the digest with --digest"),
+    (["registry.example.com/kitt-stt:0.6.1-gpu", "--digest", "sha256:abc"], "not a sha256:<64 hex> digest"),
+    (["registry.example.com/kitt-stt:0.6.1-gpu"], "docker not found: pass the digest with --digest"),
 ])
 def test_what_cannot_be_pinned_is_refused_and_the_file_is_untouched(tree: Path, args: list[str], message: str) -> None:
     directory = tree / "overlays" / "rtx4090"

@@ -77,6 +77,7 @@ def test_training_needs_no_text_model_installed(monkeypatch: pytest.MonkeyPatch)
     def refuse(*_args: object) -> None:
         raise AssertionError("training asked the text model")
 
+    monkeypatch.setattr(text_model.TurnTextModel, "__init__", refuse)
     monkeypatch.setattr(text_model.TurnTextModel, "end_of_turn", refuse)
     assert weights_text(json.loads(DEV_TABLE.read_text())) == WEIGHTS_FILE.read_text()
 

@@ -15,7 +15,7 @@ from kitt_stt.config.schema import AppConfig
 from kitt_stt.pipeline.eot import CommitReason, TurnContext
 from kitt_stt.turn import text_model as text_module
 from kitt_stt.turn.fused_policy import FusedPolicy
-from kitt_stt.turn.policy_factory import build_policy
+from kitt_stt.turn.policy_factory import build_policy, load_text_model
 from kitt_stt.turn.text_model import TextModelError, TurnTextModel, normalise
 from kitt_stt.turnsense.model import TurnPrediction
 from utils.turns.extract import TABLE
@@ -110,7 +110,7 @@ async def test_the_shipped_decision_commits_finished_words_at_the_pause_and_wait
     a finished request commits at the first look; a cut one waits for the silence (here 300 ms)."""
     config = AppConfig.model_validate({"models": {"cache_dir": str(model_cache)},
                                        "turn": {"wait_ms": 300, "unfinished_wait_ms": 300}})
-    policy = build_policy(config, has_model=True)
+    policy = build_policy(config, True, load_text_model(config, has_model=True))
     assert isinstance(policy, FusedPolicy)
     started = time.perf_counter()
     decision = await policy.decide(TurnContext(started, _done(0.5), text))

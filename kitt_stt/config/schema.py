@@ -171,16 +171,17 @@ class InterimConfig(Section):
 class TurnPolicy(StrEnum):
     """How the end of a turn is decided (docs/turns.md)."""
 
-    FUSED = "fused"  # the model's p, the words both ways and the prosody, with second looks
+    FUSED = "fused"  # the combiner over what its weights name (shipped: the words' text view); the default since 0.6
     TURNSENSE = "turnsense"  # the model's p against turn.threshold alone (0.3.0)
 
 
 class TurnConfig(Section):
-    """End of turn: the TurnSense model's probability combined with silence time (docs/turns.md)."""
+    """End of turn: when the user is done (docs/turns.md): the fused decision over the turn's words and,
+    as its weights choose, TurnSense's p, the silence and the prosody; or TurnSense's p alone."""
 
     model: str | None = "turnsense"
     provider: Provider = Provider.CPU
-    num_threads: int = Field(default=1, ge=1)
+    num_threads: int = Field(default=1, ge=1)  # intra-op threads of TurnSense and of the text view's model
     threshold: float = Field(default=0.9, ge=0.0, le=1.0)
     wait_ms: int = Field(default=1500, ge=0)
     # "probably over": turn_eager for sessions that ask for it (start/configure `eager`)
@@ -193,11 +194,13 @@ class TurnConfig(Section):
     max_duration_ms: int = Field(default=60_000, ge=1000)
     context_ms: int = Field(default=500, ge=0, le=2000)
     commit_empty: bool = False
-    # "fused" (docs/turns.md): the text view of the turn's words (text_model) with the model's p and the
-    # silence, graded waiting; "turnsense": the model's p alone against `threshold`
+    # "fused" (docs/turns.md): graded waiting on the combiner's confidence; the shipped weights weigh the text
+    # view of the turn's words (text_model) only, others may add the model's p, the silence and the prosody;
+    # "turnsense": the model's p alone against `threshold`
     policy: TurnPolicy = TurnPolicy.FUSED
     fused_threshold: float = Field(default=0.7, ge=0.0, le=1.01)  # commit at a look at this fused confidence
-    fused_looks_ms: list[int] = Field(default_factory=lambda: [300, 600], max_length=4)  # second looks, ms of silence
+    # second looks, ms of silence: only for weights that weigh the model's p or the silence (not the shipped ones)
+    fused_looks_ms: list[int] = Field(default_factory=lambda: [300, 600], max_length=4)
     fused_weights: Path | None = None  # the combiner's weights (utils/turns/train.py --out); None: the shipped file
     # the fused decision's text view (turn/text_model.py): a registry name or a directory; null: no text view
     text_model: str | None = "smollm2-turn"

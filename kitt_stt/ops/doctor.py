@@ -41,6 +41,8 @@ from kitt_stt.ops.trt_cache import (
     usable_ep_context,
 )
 from kitt_stt.ops.writable import writable
+from kitt_stt.turn.combiner import CombinerError
+from kitt_stt.turn.policy_factory import text_model_spec
 
 
 def needed_providers(config: AppConfig) -> set[str]:
@@ -51,6 +53,9 @@ def needed_providers(config: AppConfig) -> set[str]:
     if Provider.CUDA in (config.asr.provider, config.turn.provider):
         needs.add("cuda")
     return needs
+
+
+TEXT_VIEW_PROBE = "open the window"
 
 
 def run_doctor(config: AppConfig, config_label: str, no_device: bool = False) -> Report:
@@ -202,6 +207,13 @@ def session_smoke_test(provider: str, device_id: int) -> str:
 
 def _check_models(report: Report, config: AppConfig) -> list[ModelLocation]:
     settings = [("asr.model", config.asr.model)] + ([("turn.model", config.turn.model)] if config.turn.model else [])
+    try:
+        text_model = text_model_spec(config, has_model=config.turn.model is not None)
+    except CombinerError as exc:  # serve refuses to start on these weights
+        report.fail("models", "turn.fused_weights", str(exc), "usable turn.fused_weights")
+        text_model = None
+    if text_model is not None:
+        settings.append(("turn.text_model", text_model))
     locations = [locate_model(spec, config.models, setting) for setting, spec in settings]
     for location in locations:
         item = f"{location.setting}={location.spec}"
@@ -212,10 +224,30 @@ def _check_models(report: Report, config: AppConfig) -> list[ModelLocation]:
         for file in location.files:
             report.add("models", f"  {file.path.name}", Status.WARN if file.modified else Status.INFO,
                        f"sha256 {file.sha256}, {file.size:,} bytes")
+        if location.setting == "turn.text_model" and location.present and not location.problem:
+            _check_text_view(report, location, config.turn.num_threads)
     report.facts["models"] = [{**asdict(location), "directory": str(location.directory),
                                "files": [{**asdict(file), "path": str(file.path)} for file in location.files]}
                               for location in locations]
     return locations
+
+
+def _check_text_view(report: Report, location: ModelLocation, num_threads: int) -> None:
+    """Load the text view and score one phrase: intact files can still need a newer onnxruntime
+    (its graph uses GroupQueryAttention and MatMulNBits), which only running it shows."""
+    from kitt_stt.turn.text_model import TextModelError, TurnTextModel
+
+    try:
+        answer = TurnTextModel(location.directory, num_threads).end_of_turn(TEXT_VIEW_PROBE)
+    except TextModelError as exc:
+        report.fail("models", "  text view", str(exc), "a text model this onnxruntime can run")
+        return
+    except Exception as exc:  # it loaded but cannot score: the decision would have no text view
+        report.fail("models", "  text view", f"scoring {TEXT_VIEW_PROBE!r} failed: {type(exc).__name__}: {exc}",
+                    "a text model this onnxruntime can run")
+        return
+    scored = "no words" if answer is None else f"end log-odds {answer.log_odds:.1f}, {answer.ms:.0f} ms"
+    report.add("models", "  text view", Status.OK, f"{TEXT_VIEW_PROBE!r}: {scored} (onnxruntime {ort.__version__})")
 
 
 def _check_caches(report: Report, config: AppConfig, needs: set[str], models: list[ModelLocation],

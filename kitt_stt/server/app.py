@@ -43,13 +43,15 @@ from kitt_stt.server.openai_errors import install_error_handlers
 from kitt_stt.server.openai_routes import openai_router
 from kitt_stt.server.state import ServiceState
 from kitt_stt.text.offload import shared_worker
+from kitt_stt.turn.text_model import TurnTextModel
 from kitt_stt.turnsense.runner import TurnModelRunner
 
 log = logging.getLogger(__name__)
 
 
 def create_app(config: AppConfig, engine: AsrEngine | EnginePlan, turn_model: TurnModelRunner | None = None,
-               log_buffer: RecentLogBuffer | None = None, load_seconds: float = 0.0) -> FastAPI:
+               log_buffer: RecentLogBuffer | None = None, load_seconds: float = 0.0,
+               text_model: TurnTextModel | None = None) -> FastAPI:
     metrics = Metrics()
     tracing = config.tracing
     tracer = Tracer(tracing.max_events, tracing.max_bytes) if tracing.enabled or config.debug.trace_enabled else None
@@ -69,7 +71,8 @@ def create_app(config: AppConfig, engine: AsrEngine | EnginePlan, turn_model: Tu
                                    interim_budget_ms=config.asr.interim_queue_budget_ms or None)
     vad_batch = build_vad_batch(config.vad)
     state = ServiceState(config=config, engine=engine, scheduler=scheduler, turn_model=turn_model,
-                         vad_batch=vad_batch, metrics=metrics, tracer=tracer, log_buffer=log_buffer)
+                         text_model=text_model, vad_batch=vad_batch, metrics=metrics, tracer=tracer,
+                         log_buffer=log_buffer)
     metrics.model_load.set(load_seconds)
     metrics.bind(
         queue_depth=lambda: scheduler.queue_depth,

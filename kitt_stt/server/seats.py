@@ -124,7 +124,7 @@ class Seats:
         self._emit(ErrorFrame(code=error.code.value, message=error.message, fatal=error.fatal, seat=error.seat))
 
     def _policy(self) -> EotPolicy:
-        return build_policy(self._config, self._state.turn_model is not None)
+        return build_policy(self._config, self._state.turn_model is not None, self._state.text_model)
 
     def close(self) -> None:
         for seat in self._pipelines.values():

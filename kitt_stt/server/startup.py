@@ -17,7 +17,7 @@ from kitt_stt.observability.logbuffer import RecentLogBuffer
 from kitt_stt.ops.trt_cache import prepare_serve
 from kitt_stt.server.app import create_app
 from kitt_stt.turn.combiner import CombinerError
-from kitt_stt.turn.policy_factory import build_policy
+from kitt_stt.turn.policy_factory import build_policy, load_text_model
 from kitt_stt.turn.text_model import TextModelError
 from kitt_stt.turnsense.model import TurnModelError
 from kitt_stt.turnsense.runner import build_turn_model
@@ -39,12 +39,14 @@ def load_app(config: AppConfig, log_buffer: RecentLogBuffer | None) -> FastAPI:
     except (ModelError, TurnModelError) as exc:
         raise StartupError(f"cannot load the end-of-turn model: {exc}") from exc
     try:
-        # each seat builds its own; refuse bad weights and a missing text model now, and read it once here
-        build_policy(config, turn_model is not None)
+        # each seat builds its own policy around the one text model read here; bad weights fail now
+        text_model = load_text_model(config, turn_model is not None)
+        build_policy(config, turn_model is not None, text_model)
     except (CombinerError, ModelError, TextModelError) as exc:
         raise StartupError(f"cannot load the end-of-turn decision: {exc}") from exc
     try:
         config = prepare_vad(config)
     except ModelError as exc:
         raise StartupError(f"cannot load the VAD model: {exc}") from exc
-    return create_app(config, plan, turn_model, log_buffer=log_buffer, load_seconds=time.perf_counter() - started)
+    return create_app(config, plan, turn_model, text_model=text_model, log_buffer=log_buffer,
+                      load_seconds=time.perf_counter() - started)

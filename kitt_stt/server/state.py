@@ -21,6 +21,7 @@ from kitt_stt.scheduler import InferenceScheduler
 from kitt_stt.server.board import WorkerBoard
 from kitt_stt.text import load as load_text_stage
 from kitt_stt.text import wake_hotwords
+from kitt_stt.turn.text_model import TurnTextModel
 from kitt_stt.turnsense.runner import TurnModelRunner
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,7 @@ class ServiceState:
     engine: AsrEngine
     scheduler: InferenceScheduler
     turn_model: TurnModelRunner | None = None
+    text_model: TurnTextModel | None = None  # the end-of-turn text view every seat's policy shares
     vad_batch: SileroBatcher | None = None  # Silero's batch thread (vad.batch), shared by every seat
     metrics: Metrics = field(default_factory=Metrics)
     tracer: Tracer | None = None

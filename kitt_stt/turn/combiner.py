@@ -28,11 +28,14 @@ class CombinerError(Exception):
 class Score:
     confidence: float  # probability that the turn is over
     contributions: dict[str, float]  # logit contribution of each kind of evidence (model, silence, words, prosody)
+    weighed: tuple[str, ...]  # the kinds the weights weigh: only they can have decided
 
     def decided_by(self, committed: bool) -> str:
-        """The kind of evidence that pushed hardest towards what was decided."""
+        """The weighed kind of evidence that pushed hardest towards what was decided (a kind the
+        weights leave out contributes 0 and never decided, even when every weighed one pushed the
+        other way)."""
         sign = 1.0 if committed else -1.0
-        return max(self.contributions, key=lambda group: sign * self.contributions[group])
+        return max(self.weighed, key=lambda group: sign * self.contributions[group])
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,8 @@ class Combiner:
             part = 0.0 if math.isnan(value) else weight * (value - mean) / scale
             contributions[group] = contributions.get(group, 0.0) + part
             total += part
-        return Score(1.0 / (1.0 + math.exp(-max(-40.0, min(40.0, total)))), contributions)
+        return Score(1.0 / (1.0 + math.exp(-max(-40.0, min(40.0, total)))), contributions,
+                     tuple(dict.fromkeys(self.kinds)))
 
 
 @lru_cache(maxsize=4)

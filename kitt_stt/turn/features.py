@@ -1,16 +1,19 @@
 """The fused decision's feature vector: one list of floats, built the same way by the training
-script (``utils/turns/train.py``, from cached clips) and by the policy (from the seat's ring).
+script (``utils/turns/train.py``, from cached scores) and by the policy (from the seat's final).
 
-The model's probability enters as a clipped logit, so the combiner can weigh how sure it is;
-``silence_s`` is how long the pause had lasted when the model looked: silence itself is evidence.
-``text_end`` is the text view's log-odds that the user's message ends after these words
-(``text_model.py``; NaN, "no opinion", without words or without the model: the combiner then
-leaves it out). Chosen by leave-one-speaker-out AUC on the labelled set (``utils/turns/train.py
---compare``, docs/turns.md; so the choice saw every speaker): the word count is left out (cut
-turns are shorter than complete ones by construction, so it learns the corpus, not the speaker),
-and so are final punctuation (Whisper punctuates cut phrases too), the pitch slope, energy decay
-and final lengthening, which did not help held-out speakers there. They stay candidates
-(``KINDS``): the weights file names its features, so a re-fit on other recordings can choose again.
+The shipped weights use two features (``FEATURES``): ``text_end``, the text view's log-odds that
+the user's message ends after these words (``text_model.py``), and ``han_text``, the offset for
+text with Han characters (the view's log-odds run ~10 lower for Chinese); both are NaN, "no
+opinion", without words or without the model, and the combiner then leaves them out. They are
+fitted on the text view's development set, the project's phrase table complete and cut
+(``utils/turns/text_dev.py``), not on the audio clips the report tests on (docs/turns.md).
+
+The other candidates (``KINDS``) stay buildable, because the weights file names its features and a
+re-fit on in-car recordings can choose again: the model's p as a clipped logit, ``silence_s`` (how
+long the pause had lasted when the model looked), the words by rule (``unfinished``,
+``complete_form``) and the prosody of the turn's end. On the project's held-out speakers p and the
+silence added nothing to the text view, and 0.5.0's rule and prosody features were weaker than it
+(docs/turns.md).
 """
 
 from __future__ import annotations

@@ -1,20 +1,25 @@
 """Graded waiting on the fused end-of-turn confidence (``docs/turns.md``).
 
-At the pause the combiner weighs the audio model's p, the words both ways and the prosody of the
-turn's end. Confident: commit at once. Not yet: look again after more silence (``looks_ms``, e.g.
-300 and 600 ms: the model runs again on the seat's ring, which now holds the longer pause), and
-commit at the first look that is confident. (The combiner has a silence feature, but with the
-shipped weights its weight is about zero: a later look changes the decision only through the
-model's new p; docs/turns.md.) Otherwise the turn waits
-``wait_ms``, and only words that end mid-phrase make it wait the long ``HoldRule.wait_ms``: those
-turns take no second look. ``turn_eager`` keeps its meaning: "probably over" (the model answered
-and the confidence reached ``eager_threshold``) while the policy still waits. A failed or late model counts as
-unsure; ``wait_ms`` (or the hold's) stays a hard upper bound.
+At the pause the combiner weighs what its weights name: with the shipped ones the text view's
+"the message ends here" on the turn's words (``text_model``); weights may also weigh the audio
+model's p, the silence, the words by rule and the prosody of the turn's end. Confident: commit
+at once. Not yet: weights that weigh p or the silence look again after more silence
+(``looks_ms``, e.g. 300 and 600 ms: the model runs again on the seat's ring, which now holds the
+longer pause) and commit at the first confident look. Otherwise the turn waits ``wait_ms``, and
+only words that end mid-phrase make it wait the long ``HoldRule.wait_ms``: those turns take no
+second look. ``turn_eager`` keeps its meaning: "probably over" (the model answered and the
+confidence reached ``eager_threshold``) while the policy still waits.
+
+``wait_ms`` (or the hold's) is a hard upper bound: a late or failed model, or a text view that
+has not answered in time, counts as no opinion. A commit waits for the model's answer only when
+the weights weigh it: with weights that do not, its p is reported when it has come, and waiting
+for it would only delay the commit.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -27,6 +32,8 @@ from kitt_stt.turn.prosody import NEUTRAL, Prosody, prosody
 from kitt_stt.turn.text_model import TurnTextModel
 from kitt_stt.turn.words import WordEvidence, word_evidence
 from kitt_stt.turnsense.model import TurnPrediction
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -50,19 +57,31 @@ class FusedPolicy(EotPolicy):
         self._weighs_prosody = "prosody" in combiner.kinds  # the shipped weights do not: no pitch tracking then
         # a second look brings a new p and a longer silence: weights that weigh neither would score it the same
         self._looks_again = bool({"model", "silence"} & set(combiner.kinds))
+        self._weighs_model = "model" in combiner.kinds
 
     async def decide(self, context: TurnContext) -> Decision:
         settings = self.settings
-        words, shape = await _evidence(context, self._text_model, self._weighs_prosody)
         ending = context.ending(self.hold)
         held = ending is TextEnding.UNFINISHED
         wait_ms = self.hold.wait_ms if held else settings.wait_ms
         threshold = self.hold.threshold if held else settings.threshold
-        prediction = await answer_within(context.prediction, wait_ms - context.waited_ms())
+        words, shape = await _evidence(context, self._text_model, self._weighs_prosody, wait_ms)
+        if self._weighs_model:
+            prediction = await answer_within(context.prediction, wait_ms - context.waited_ms())
+        else:
+            prediction = _answered(context.prediction)
         looks: list[int] = []
         score = self._score(prediction, settings.first_look_ms, words, shape, looks)
-        if prediction is not None and score.confidence >= threshold:
-            return _decision(CommitReason.MODEL, context, score, prediction, looks, ending, threshold)
+        if (prediction is not None or not self._weighs_model) and score.confidence >= threshold:
+            # without the model's answer the words decided at the first look
+            return _decision(CommitReason.MODEL, context, score, prediction, looks or [settings.first_look_ms],
+                             ending, threshold)
+        if prediction is None and not self._weighs_model:
+            # not confident, so the turn waits anyway: the model's answer, when it comes, is the
+            # commit's p and may announce a turn_eager; it is the first look's, whenever it came
+            prediction = await answer_within(context.prediction, wait_ms - context.waited_ms())
+            if prediction is not None:
+                looks.append(settings.first_look_ms)
         # "probably over" needs the model's answer: words alone are not a turn_eager (docs/protocol.md)
         if (prediction is not None and context.on_eager is not None and not held
                 and settings.eager_threshold is not None and score.confidence >= settings.eager_threshold):
@@ -122,17 +141,41 @@ async def _owned_look(future: asyncio.Future[TurnPrediction] | None, remaining_m
 _EVIDENCE_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="turn-evidence")
 
 
-async def _evidence(context: TurnContext, text_model: TurnTextModel | None,
-                    weighs_prosody: bool) -> tuple[WordEvidence, Prosody]:
+async def _evidence(context: TurnContext, text_model: TurnTextModel | None, weighs_prosody: bool,
+                    wait_ms: float) -> tuple[WordEvidence, Prosody]:
     """The words' evidence (with the text view's log-odds when the policy has one) and, when the
-    weights weigh it, the prosody of the turn's end, off the event loop."""
+    weights weigh it, the prosody of the turn's end, off the event loop. Bounded by ``wait_ms``:
+    past it the words count by rule alone (the text view has no opinion) and the prosody is neutral.
+    A run already started finishes (a thread cannot be stopped; ~15-25 ms); one still queued is dropped."""
     audio = context.look.audio() if context.look is not None and weighs_prosody else None
     end_score = None if text_model is None else _log_odds(text_model)
 
     def work() -> tuple[WordEvidence, Prosody]:
         return word_evidence(context.text, end_score), prosody(audio) if audio is not None and audio.size else NEUTRAL
 
-    return await asyncio.get_running_loop().run_in_executor(_EVIDENCE_THREAD, work)
+    running = asyncio.get_running_loop().run_in_executor(_EVIDENCE_THREAD, work)
+    try:
+        # not shielded: a run still queued when the wait ends (or the decision is cancelled) is
+        # dropped, so stale runs never pile up on the one thread ahead of later decisions
+        return await asyncio.wait_for(running, max(0.0, wait_ms - context.waited_ms()) / 1000.0)
+    except asyncio.TimeoutError:  # not the builtin on 3.10
+        log.warning("the text view did not answer within the turn's wait; it has no opinion on this turn")
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("the turn's evidence failed; the text view has no opinion on this turn")
+    return word_evidence(context.text), NEUTRAL
+
+
+def _answered(future: asyncio.Future[TurnPrediction] | None) -> TurnPrediction | None:
+    """The model's answer if it has already come (without waiting for it), else None."""
+    if future is None or not future.done() or future.cancelled():
+        return None
+    failure = future.exception()
+    if failure is not None:
+        log.warning("end-of-turn model failed (%s); the commit carries no p", failure)
+        return None
+    return future.result()
 
 
 def _log_odds(text_model: TurnTextModel) -> Callable[[str], float | None]:

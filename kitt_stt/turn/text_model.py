@@ -87,17 +87,20 @@ class TurnTextModel:
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
             self._session = ort.InferenceSession(str(directory / GRAPH_FILE), options,
                                                  providers=["CPUExecutionProvider"])
-        except Exception as exc:  # missing files, bad JSON, and onnxruntime's own exception types
-            raise TextModelError(f"{directory}: not a usable end-of-turn text model ({exc}); "
-                                 "run `kitt-stt models pull smollm2-turn`") from None
-        self._layers = int(config["layers"])
-        self._end_id = int(config["end_token_id"])
-        self._empty = np.zeros((1, int(config["kv_heads"]), 0, int(config["head_size"])), np.float32)
+            self._layers = int(config["layers"])
+            self._end_id = int(config["end_token_id"])
+            self._empty = np.zeros((1, int(config["kv_heads"]), 0, int(config["head_size"])), np.float32)
+            self._prefix_ids = tuple(self._tokenizer.encode(PREFIX).ids)
+            # the prefix run also proves the graph, the embedding and the tokenizer fit each other
+            presents, _ = self._run(list(self._prefix_ids), [self._empty] * (2 * self._layers), 0)
+        except Exception as exc:  # missing files, bad JSON or keys, and onnxruntime's own exception types
+            raise TextModelError(
+                f"{directory}: not a usable end-of-turn text model ({type(exc).__name__}: {exc}); "
+                "`kitt-stt models verify` says which file changed: delete the directory and run "
+                "`kitt-stt models pull smollm2-turn` to install it again") from None
+        self._prefix = presents  # per layer key, value: [1, kv_heads, prefix, head]
         self._lock = threading.Lock()
         self._cache: OrderedDict[tuple[int, ...], _Cached] = OrderedDict()
-        self._prefix_ids = tuple(self._tokenizer.encode(PREFIX).ids)
-        presents, _ = self._run(list(self._prefix_ids), [self._empty] * (2 * self._layers), 0)
-        self._prefix = presents  # per layer key, value: [1, kv_heads, prefix, head]
 
     def end_of_turn(self, text: str) -> TextEnd | None:
         """The log-odds that the user's message ends after ``text``; None for no words (no opinion)."""

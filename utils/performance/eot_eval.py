@@ -28,7 +28,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gzip
 import json
+import re
 import shutil
 import sys
 import tempfile
@@ -68,6 +70,10 @@ MANDARIN = [
 ]
 ALSA_DIR = Path("/usr/share/sounds/alsa")
 SPHINX_DIR = Path("/usr/share/pocketsphinx/test/data")
+# The outside check (issue 35): one speaker's read telephone prompts (asterisk-core-sounds-en-wav,
+# 8 kHz, CC-BY-SA-3.0), never used to fit or tune anything; only with ``--sources asterisk``.
+ASTERISK_DIR = Path("/usr/share/asterisk/sounds/en_US_f_Allison")
+ASTERISK_TEXT = Path("/usr/share/doc/asterisk-core-sounds-en/core-sounds-en.txt.gz")
 
 
 @dataclass
@@ -132,7 +138,36 @@ def build_corpus(work: Path) -> tuple[list[Utterance], list[str]]:
                 corpus.append(Utterance("human", path.name + "[cut]", False, parts[0], parts[1]))
     else:
         notes.append("no human recordings (apt-get install alsa-utils pocketsphinx-testdata)")
+    prompts = asterisk_prompts()
+    if prompts and shutil.which("sox"):
+        for name in prompts:
+            samples = trim_silence(to_16k(ASTERISK_DIR / f"{name}.wav", work / "asterisk.wav"))
+            corpus.append(Utterance("asterisk", name, True, samples))
+            parts = _cut_at_pause(samples)
+            if parts is not None and len(parts[0]) > 4000:
+                corpus.append(Utterance("asterisk", name + "[cut]", False, parts[0], parts[1]))
     return corpus, notes
+
+
+def asterisk_prompts(most: int = 36) -> list[str]:
+    """One-sentence prompts of 6-14 words that end as a sentence (not "..."), each text once, by
+    name; every k-th of them so that at most ``most`` remain. A fixed rule, not a choice by result."""
+    if not ASTERISK_TEXT.is_file():
+        return []
+    chosen: dict[str, str] = {}
+    with gzip.open(ASTERISK_TEXT, "rt", encoding="utf-8", errors="replace") as lines:
+        listed = list(lines)
+    for line in listed:
+        name, _, text = line.partition(":")
+        text = text.strip()
+        if (not text or line.startswith(";") or "/" in name or "[" in text or text.endswith("...")
+                or re.search(r"[.?!]", text.rstrip(".?! ")) or not 6 <= len(text.split()) <= 14
+                or not (ASTERISK_DIR / f"{name}.wav").is_file() or text.lower() in chosen.values()):
+            continue
+        chosen[name] = text.lower()
+    names = sorted(chosen)
+    step = max(1, -(-len(names) // most))
+    return names[::step]
 
 
 async def _silence(session: SttSession, seat: str, ms: int, stop: asyncio.Event) -> None:
@@ -288,7 +323,8 @@ def main() -> int:
                         help="the thinking pause after an incomplete utterance; a commit in it cuts the user off")
     parser.add_argument("--cache", type=Path, default=None, help="model cache (default: user cache dir)")
     parser.add_argument("--out", type=Path, help="write raw outcomes as JSON")
-    parser.add_argument("--sources", nargs="*", help="only these sources (espeak-en, espeak-cmn, human)")
+    parser.add_argument("--sources", nargs="*", help="only these sources (espeak-en, espeak-cmn, human; asterisk: "
+                        "the outside check, apt-get install asterisk-core-sounds-en-wav)")
     args = parser.parse_args()
     from kitt_stt.models.registry import default_cache_dir
 
@@ -296,8 +332,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="eot-eval-") as tmp:
         work = Path(tmp)
         corpus, notes = build_corpus(work)
-        if args.sources:
-            corpus = [u for u in corpus if u.source in args.sources]
+        # the outside check's recordings only when asked for: they judge, they are never the default
+        corpus = [u for u in corpus if (u.source in args.sources if args.sources else u.source != "asterisk")]
         for note in notes:
             print(f"note: {note}", file=sys.stderr)
         counts = {s: sum(1 for u in corpus if u.source == s) for s in sorted({u.source for u in corpus})}

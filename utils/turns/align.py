@@ -35,7 +35,7 @@ def _decoder() -> Any:
     try:
         from pocketsphinx import Decoder
     except ImportError as exc:
-        raise AlignError(f"pocketsphinx is not installed (the eot-lm extra): {exc}") from None
+        raise AlignError(f"pocketsphinx is not installed (the dev extra): {exc}") from None
     return Decoder(samprate=16000, bestpath=False, loglevel="FATAL")
 
 

@@ -211,7 +211,7 @@ class RecognizerView:
         return self.after_word(distributions[words[-1] + 1], float(distributions[len(tokens)][self._eot]), len(tokens))
 
     def after_word(self, after: np.ndarray, p_eot_last: float = 0.0, tokens: int = 0) -> View:
-        """The view from the distribution after the last word (text_view.py has only that one)."""
+        """The view from the distribution after the last word (all that docs/turns.md's text-only study read)."""
         return View(float(after[self._mask[TokenKind.FINAL]].sum()), float(after[self._eot]),
                     float(after[self._mask[TokenKind.WORD]].sum()), float(after[self._mask[TokenKind.GOING_ON]].sum()),
                     float(after[self._mask[TokenKind.FULLWIDTH_PREFIX]].sum()), p_eot_last, tokens)
