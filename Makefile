@@ -71,6 +71,14 @@ $(CHROMIUM):
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-wqy-microhei
 
+# A human voice from Debian for the Whisper padding test (alsa-utils' channel announcements, GPL-2),
+# installed when missing like chromium; without it that one test is skipped.
+ALSA_VOICES ?= /usr/share/sounds/alsa/Front_Center.wav
+$(ALSA_VOICES):
+	@echo "make: installing Debian's alsa-utils for its recorded voices (needs root)"
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends alsa-utils
+
 ## The browser console's library (docs/console.md).
 console: $(CONSOLE_LIB)
 
@@ -85,7 +93,7 @@ serve: $(SERVE_STAMP)
 
 ## Lint, type-check and run the whole test suite on Python 3.11+, then the tests that can differ by
 ## Python version (marker py310, docs/testing.md) on 3.10 (real servers on loopback ports).
-test: lint typecheck $(CONSOLE_LIB) $(CHROMIUM)
+test: lint typecheck $(CONSOLE_LIB) $(CHROMIUM) $(ALSA_VOICES)
 	@echo "make: testing on $(DEV_LOCK) and $(DEV_LOCK310) ($$(grep -m1 -o 'resolved as of [^ ]*' $(DEV_LOCK)); make test-latest tries today's releases)"
 	KITT_STT_TEST_MODEL_CACHE=$(TEST_MODELS) CHROMIUM=$(CHROMIUM) $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not serial"
 	KITT_STT_TEST_MODEL_CACHE=$(TEST_MODELS) $(PY) -m pytest -m serial

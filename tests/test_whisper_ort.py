@@ -1,5 +1,7 @@
 """Whisper on our own onnxruntime sessions (asr/ort_whisper.py) against sherpa-onnx, the reference,
-on the real whisper-base: the same greedy search over the same graphs must write the same text."""
+on the real whisper-base: the same greedy search over the same graphs, padded as sherpa-onnx pads
+(``asr.whisper.padding: zeros``), must write the same text; the default padding, Whisper's own
+silence level, must keep whisper-base from repeating itself on a short piece."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from kitt_stt.asr.ort_whisper import OrtWhisperEngine, _reads, read_token_bytes
 from kitt_stt.asr.providers import ProviderError
 from kitt_stt.asr.sense_voice_model import ModelError
 from kitt_stt.asr.sherpa_whisper import SherpaWhisperEngine
-from kitt_stt.asr.whisper_graphs import padded_mel
+from kitt_stt.asr.whisper_graphs import padded_mel, silence_level
 from kitt_stt.asr.whisper_model import load_whisper_model
 from kitt_stt.audio.wavfile import read_wav_16k_mono
 from kitt_stt.config.schema import AppConfig, AsrConfig
@@ -32,7 +34,35 @@ CLIPS = [("en_go_forward_ten_meters", "en"), ("en_open_the_car_door_please", "en
 @pytest.fixture(scope="module")
 def engines(whisper_dir: Path) -> tuple[OrtWhisperEngine, SherpaWhisperEngine]:
     model = load_whisper_model(whisper_dir)
-    return OrtWhisperEngine(model, "whisper", AsrConfig()), SherpaWhisperEngine(model, "whisper")
+    reproduction = AsrConfig.model_validate({"whisper": {"padding": "zeros"}})
+    return OrtWhisperEngine(model, "whisper", reproduction), SherpaWhisperEngine(model, "whisper")
+
+
+ALSA_FRONT = Path("/usr/share/sounds/alsa/Front_Center.wav")  # alsa-utils: a human voice, "Front ... Center"
+
+
+@pytest.mark.skipif(not ALSA_FRONT.is_file(), reason="alsa-utils' voices are not installed")
+def test_the_default_padding_keeps_a_short_piece_from_repeating(whisper_dir: Path, tmp_path: Path) -> None:
+    """The piece the server decodes when "Front" ends a segment: padded with zeros (sherpa-onnx's
+    fill) whisper-base writes "Front Front Front"; padded with the log-mel of silence, "Front"."""
+    from utils.performance.speech import to_16k
+
+    front = to_16k(ALSA_FRONT, tmp_path / "front.wav")[: int(0.62 * 16000)]
+    model = load_whisper_model(whisper_dir)
+    request = [AsrRequest(front, DecodeOptions(language="en"))]
+    texts = {padding: OrtWhisperEngine(model, "whisper", AsrConfig.model_validate({"whisper": {"padding": padding}}))
+             .decode_batch(request)[0].text for padding in ("zeros", "whisper")}
+    assert texts["zeros"].lower().count("front") >= 2
+    assert texts["whisper"].lower().strip(" .") == "front"
+    assert AsrConfig().whisper.padding.value == "whisper"
+
+
+def test_the_padding_is_the_log_mel_of_silence() -> None:
+    """Whisper floors its log-mel at the maximum less 8 (log10), less 2 once mapped by (x + 4) / 4."""
+    mel = np.array([[0.5, 1.25], [0.75, -0.75]], dtype=np.float32)
+    padded = padded_mel(mel, 3, silence_level(mel))
+    assert padded.shape == (1, 2, 5) and np.all(padded[0, :, 2:] == np.float32(1.25 - 2.0))
+    assert silence_level(np.zeros((80, 0), np.float32)) == 0.0  # no audio: nothing to be quieter than
 
 
 @pytest.mark.timeout(300)

@@ -6,9 +6,12 @@ reference): it hides the encoder output and the logits, so detecting the languag
 the session's set costs a second encoder pass and a second copy of the model, and it fixes the
 language per recognizer, one more model copy per language. Here one copy serves every language.
 
-The decode reproduces sherpa-onnx's greedy search: the same front end and tail padding, the
-prompt ``<|startoftranscript|> <|lang|> <|transcribe|> <|notimestamps|>`` run at once, the argmax
-of the last logits until ``<|endoftext|>``, at most 6 tokens per second of audio (and half the
+The decode reproduces sherpa-onnx's greedy search, with one deliberate difference: the frames
+after the audio hold Whisper's own silence level (``asr.whisper.padding: whisper``), not
+sherpa-onnx's zeros, on which whisper-base repeats itself on short pieces ("Front Front Front";
+``padding: zeros`` reproduces the reference, for parity checks; docs/models.md). The same front
+end and tail length, the prompt ``<|startoftranscript|> <|lang|> <|transcribe|> <|notimestamps|>``
+run at once, the argmax of the last logits until ``<|endoftext|>``, at most 6 tokens per second of audio (and half the
 text context), the language for "auto" without a set read as sherpa-onnx reads it (the first step
 on ``<|startoftranscript|>`` alone, the best language token); the text is the tokens' bytes
 joined (specials left out) and ``strip_annotations``. Where the bytes end inside a character
@@ -35,11 +38,11 @@ import numpy as np
 from kitt_stt.asr.engine import AsrEngine, AsrRequest, AsrResult, EngineInfo, StageTimer
 from kitt_stt.asr.language import LanguageGuess, LazyDetector, restricted_guess
 from kitt_stt.asr.text import strip_annotations
-from kitt_stt.asr.whisper_graphs import WhisperGraphs, padded_mel, whisper_log_mel
+from kitt_stt.asr.whisper_graphs import WhisperGraphs, padded_mel, silence_level, whisper_log_mel
 from kitt_stt.asr.whisper_language import WhisperLanguageDetector
 from kitt_stt.asr.whisper_model import LONGEST_AUDIO_MS, WhisperModel
 from kitt_stt.asr.whisper_timing import speech_bounds_ms, whisper_words
-from kitt_stt.config.schema import AsrConfig
+from kitt_stt.config.schema import AsrConfig, WhisperPadding
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +108,7 @@ class OrtWhisperEngine(AsrEngine):
         self._special = self._graphs.tokens
         self._text = read_token_bytes(str(model.tokens_path))
         self._tail_paddings = config.whisper.tail_paddings
+        self._pad_as_whisper = config.whisper.padding is WhisperPadding.WHISPER
         self._task = self._special.translate if config.whisper.task == "translate" else self._special.transcribe
         self._bias = {code: offset for code, offset in config.whisper.language_bias.items()
                       if code in self._special.languages}
@@ -151,7 +155,8 @@ class OrtWhisperEngine(AsrEngine):
     def _decode(self, mel: np.ndarray, request: AsrRequest, timer: StageTimer) -> GreedyDecode:
         graphs = self._graphs
         with timer.stage("decode"):
-            cross = graphs.encode(padded_mel(mel, self._tail_paddings))
+            fill = silence_level(mel) if self._pad_as_whisper else 0.0
+            cross = graphs.encode(padded_mel(mel, self._tail_paddings, fill))
         first = _FirstStep(graphs, cross)
         with timer.stage("language"):
             language, guess = self._language(request, first)

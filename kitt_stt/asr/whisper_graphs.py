@@ -7,7 +7,8 @@ instead of two (267 MB for whisper-base).
 
 The front end is sherpa-onnx's, so both engines see the same input: kaldi-native-fbank's Whisper
 filterbank (no dither), at most ``MAX_FRAMES`` frames, log10 floored at the maximum less 8 and
-mapped by ``(x + 4) / 4``, then ``tail_paddings`` frames of zeros (capped at 3000 frames in all).
+mapped by ``(x + 4) / 4``, then ``tail_paddings`` frames of padding (capped at 3000 frames in all):
+Whisper's own silence level by default, or sherpa-onnx's zeros (``asr.whisper.padding``).
 """
 
 from __future__ import annotations
@@ -76,6 +77,14 @@ def whisper_log_mel(samples: np.ndarray) -> np.ndarray:
     log_spec = np.log10(np.maximum(mel, 1e-10))
     log_spec = np.maximum(log_spec, log_spec.max() - 8.0)
     return ((log_spec + 4.0) / 4.0).T
+
+
+def silence_level(mel: np.ndarray) -> float:
+    """The normalised log-mel of digital silence after ``mel``: its floor, the maximum less 8 in
+    log10, so less 2 once mapped; what Whisper's own padding to 30 s reads as. sherpa-onnx pads
+    with 0 instead (log10 = -4, louder than that floor): on short pieces whisper-base then repeats
+    itself ("Front Front Front"), docs/models.md."""
+    return float(mel.max()) - 2.0 if mel.size else 0.0
 
 
 def padded_mel(mel: np.ndarray, pad_frames: int, fill: float = 0.0) -> np.ndarray:

@@ -31,7 +31,14 @@ import numpy as np
 import onnxruntime as ort
 
 from kitt_stt.asr.language import LanguageGuess, restricted_guess
-from kitt_stt.asr.whisper_graphs import FRAME_SAMPLES, MAX_FRAMES, WhisperGraphs, padded_mel, whisper_log_mel
+from kitt_stt.asr.whisper_graphs import (
+    FRAME_SAMPLES,
+    MAX_FRAMES,
+    WhisperGraphs,
+    padded_mel,
+    silence_level,
+    whisper_log_mel,
+)
 from kitt_stt.asr.whisper_model import WhisperModel
 from kitt_stt.config.schema import AsrConfig
 
@@ -98,7 +105,7 @@ class WhisperLanguageDetector:
         """The decoder's first-step logits over the whole vocabulary (the language scores are
         those at the language tokens)."""
         mel = whisper_log_mel(speech_span(samples)[: self._window_frames * FRAME_SAMPLES])
-        silence = mel.max() - 2.0 if self._pad_as_whisper and mel.size else 0.0
+        silence = silence_level(mel) if self._pad_as_whisper else 0.0
         graphs = self._graphs
         cross = graphs.encode(padded_mel(mel, self._pad_frames, silence))
         cache = graphs.empty_cache()

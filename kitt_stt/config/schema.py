@@ -27,10 +27,11 @@ class Provider(StrEnum):
 
 
 class Engine(StrEnum):
-    """Who decodes. ``ort``: our onnxruntime pipelines for every model (SenseVoice and Whisper);
-    ``onnxruntime``: ours for SenseVoice and sherpa-onnx for Whisper (what it always meant, kept so
-    existing configurations decode as before; Whisper on ours is opt-in until its finals match
-    sherpa-onnx's, docs/models.md); ``sherpa``: sherpa-onnx, the reference (CPU, greedy)."""
+    """Who decodes. ``ort`` (the default since 0.6.1): our onnxruntime pipelines for every model
+    (SenseVoice and Whisper: one encoder pass for language and text, words, one model copy);
+    ``onnxruntime``: ours for SenseVoice and sherpa-onnx for Whisper (what it meant before 0.6.1, kept
+    so configurations that name it decode as before); ``sherpa``: sherpa-onnx, the reference (CPU,
+    greedy). Our Whisper pads as Whisper was trained, not as sherpa-onnx does (docs/models.md)."""
 
     SHERPA = "sherpa"
     ONNXRUNTIME = "onnxruntime"
@@ -42,10 +43,20 @@ class Decoding(Section):
     max_active_paths: int = Field(default=4, ge=1, le=64)
 
 
+class WhisperPadding(StrEnum):
+    """What fills the frames after the audio on our engine (``asr.engine: ort``): ``whisper``, the
+    log-mel of digital silence (what Whisper saw after speech in training); ``zeros``, sherpa-onnx's
+    fill (a louder value than silence), to reproduce the reference engine's text."""
+
+    WHISPER = "whisper"
+    ZEROS = "zeros"
+
+
 class WhisperOptions(Section):
     """Whisper models (``asr.whisper``), on either engine (``asr/ort_whisper.py``, ``asr/sherpa_whisper.py``)."""
 
     tail_paddings: int = Field(default=700, ge=50, le=2000)  # 10 ms frames of silence after the audio
+    padding: WhisperPadding = WhisperPadding.WHISPER  # ours only: sherpa-onnx always pads with zeros
     task: str = Field(default="transcribe", pattern="^(transcribe|translate)$")
     # the restricted language step (asr/whisper_language.py): how much speech it reads, the silence
     # after it, and log-prior offsets per language; chosen by utils/performance/lid_report.py
@@ -56,7 +67,7 @@ class WhisperOptions(Section):
 
 class AsrConfig(Section):
     model: str = "whisper-base"
-    engine: Engine = Engine.ONNXRUNTIME
+    engine: Engine = Engine.ORT
     provider: Provider = Provider.CPU
     cuda: CudaOptions = CudaOptions()
     tensorrt: TensorRTOptions = TensorRTOptions()

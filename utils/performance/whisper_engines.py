@@ -36,8 +36,12 @@ ENGINES = ("ort", "sherpa")
 AUTO = DecodeOptions(language="auto", languages=("zh", "en"))
 
 
+PADDING = "whisper"  # ours' asr.whisper.padding (--padding zeros: sherpa-onnx's, to check the reproduction)
+
+
 def engine(model: str, name: str) -> AsrEngine:
-    return build_engine(AppConfig.model_validate({"asr": {"model": model, "engine": name}}))
+    whisper = {"padding": PADDING} if name == "ort" else {}
+    return build_engine(AppConfig.model_validate({"asr": {"model": model, "engine": name, "whisper": whisper}}))
 
 
 def decode(asr: AsrEngine, samples: np.ndarray, options: DecodeOptions) -> tuple[str, str | None]:
@@ -108,7 +112,8 @@ def rss_child(model: str, name: str) -> None:
 def memory_report(model: str) -> None:
     found = {}
     for name in ENGINES:
-        out = subprocess.run([sys.executable, __file__, "--model", model, "--rss-child", name], check=True,
+        out = subprocess.run([sys.executable, __file__, "--model", model, "--rss-child", name, "--padding", PADDING],
+                             check=True,
                              capture_output=True, text=True).stdout
         found[name] = json.loads(out.strip().splitlines()[-1])
     ours, theirs = found['ort'], found["sherpa"]
@@ -121,8 +126,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="whisper-base")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--padding", choices=("whisper", "zeros"), default="whisper",
+                        help="ours' asr.whisper.padding (zeros: sherpa-onnx's fill, to check the reproduction)")
     parser.add_argument("--rss-child", choices=ENGINES, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    global PADDING
+    PADDING = args.padding
     if args.rss_child:
         rss_child(args.model, args.rss_child)
         return
@@ -130,7 +139,7 @@ def main() -> None:
     corpus = load_corpus(missing)
     for source in missing:
         print(f"skipped (not installed): {source}")
-    print(f"{len(corpus)} recordings")
+    print(f"{len(corpus)} recordings; ours pads with {PADDING}")
     engines = {name: engine(args.model, name) for name in ENGINES}
     text_report(engines, corpus)
     speed_report(engines, args.repeats)
