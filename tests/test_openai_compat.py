@@ -104,7 +104,7 @@ def test_whisper_hears_the_end_of_a_long_upload(tmp_path: Path, model_cache: Pat
     """32 s of speech without a pause as long as vad.silence_ms: one VAD segment, which the old file
     path split at vad.max_segment_ms (30 s) and decoded whole, and Whisper read 29.5 s of it (the
     phrase ending at 29.9 s lost its last word). Whisper's prompt is accepted and said to be
-    unused, and asked-for word timestamps are said to be missing (Whisper times no words here)."""
+    unused; asked-for word timestamps come from our Whisper engine (the default), in file time."""
     gap = np.zeros(5120, np.int16)  # 320 ms
     forward, air, door = (_voiced(name) for name in ("en_go_forward_ten_meters", "en_turn_on_the_air_conditioning",
                                                       "en_open_the_car_door_please"))
@@ -124,7 +124,22 @@ def test_whisper_hears_the_end_of_a_long_upload(tmp_path: Path, model_cache: Pat
     assert "conditioning" in text and "open the car" in text, verbose.text  # espeak's "car door" ~ "card or"
     assert all(segment.end - segment.start <= 29.5 for segment in verbose.segments)
     assert "not used" in raw.headers["x-kitt-prompt"]
-    assert verbose.words == [] and "does not time words" in raw.headers["x-kitt-words"]
+    assert verbose.words and "x-kitt-words" not in raw.headers
+    starts = [word.start for word in verbose.words]
+    assert starts == sorted(starts) and all(word.start <= word.end <= pcm.shape[0] / 16000 for word in verbose.words)
+    assert verbose.words[-1].start > 29.0  # the last piece's words are placed at its file time, not at 0
+    assert "please" in " ".join(word.word.lower() for word in verbose.words[-3:])  # "car door" ~ "card or"
+
+
+def test_whisper_reports_its_own_no_speech_probability(tmp_path: Path, model_cache: Path, whisper_dir: Path) -> None:
+    """With the language detected, our Whisper's first step also gives P(no speech): verbose_json's
+    ``no_speech_prob`` is that number (it was always 0.0), low for speech."""
+    path = tmp_path / "speech.wav"
+    path.write_bytes(wav_bytes(_voiced("en_go_forward_ten_meters").tobytes()))
+    with run_server(tmp_path, model_cache, {"asr": {"model": "whisper-base"}}) as server:
+        verbose = client_for(server).audio.transcriptions.create(
+            model="whisper-1", file=(path.name, path.read_bytes()), response_format="verbose_json")
+    assert verbose.segments and all(0.0 < segment.no_speech_prob < 0.5 for segment in verbose.segments)
 
 
 def test_a_long_piece_without_pauses_is_cut_within_the_limit_and_loses_nothing() -> None:

@@ -112,18 +112,19 @@ def test_restricted_auto_detects_on_the_engines_own_sessions(whisper_dir: Path,
 
 
 def test_engine_setting_picks_the_whisper_engine(whisper_dir: Path) -> None:
-    """``ort`` decodes Whisper on ours; ``onnxruntime`` (the default, what it always meant for Whisper)
-    and ``sherpa`` on sherpa-onnx."""
+    """``ort`` (the default since 0.6.1) decodes Whisper on ours, with words; ``onnxruntime`` (what it
+    meant for Whisper before) and ``sherpa`` on sherpa-onnx, without."""
     model = str(whisper_dir)
 
     def built(**asr: str) -> object:
         return build_engine(AppConfig.model_validate({"asr": {"model": model, **asr}}))
 
-    assert isinstance(built(engine="ort"), OrtWhisperEngine)
-    ort_config = AppConfig.model_validate({"asr": {"model": model, "engine": "ort"}})
-    assert plan_engine(ort_config).info.words  # ready.model.words before the engine is built, too
-    assert not plan_engine(AppConfig.model_validate({"asr": {"model": model}})).info.words
-    assert isinstance(built(), SherpaWhisperEngine) and isinstance(built(engine="sherpa"), SherpaWhisperEngine)
+    assert isinstance(built(), OrtWhisperEngine) and isinstance(built(engine="ort"), OrtWhisperEngine)
+    default = AppConfig.model_validate({"asr": {"model": model}})
+    assert plan_engine(default).info.words  # ready.model.words before the engine is built, too
+    for name in ("onnxruntime", "sherpa"):
+        assert isinstance(built(engine=name), SherpaWhisperEngine)
+        assert not plan_engine(AppConfig.model_validate({"asr": {"model": model, "engine": name}})).info.words
     with pytest.raises(ModelError, match="greedily"):
         built(engine="ort", decoding={"method": "beam"})  # type: ignore[arg-type]
     if "CUDAExecutionProvider" not in ort.get_available_providers():  # the placement check, as for SenseVoice

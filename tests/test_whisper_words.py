@@ -53,6 +53,18 @@ def test_words_join_split_characters_and_leave_annotations_out() -> None:
     assert big.confidence == 0.5 and door.confidence == 0.7  # the weakest of a character's tokens
 
 
+def test_a_byte_no_character_can_hold_drops_only_itself() -> None:
+    """Review finding: an invalid byte token left every later token pending, so the words after it
+    were lost while the text (which drops the byte) kept them."""
+    pieces = [b" go", b"\x80", b" forward", b" ten", b" meters"]
+    rows = len(pieces) + 1
+    scores = np.full((2, rows, 60), -10.0)
+    for row in range(rows):
+        scores[:, row, row * 10 : row * 10 + 4] = 10.0
+    words = whisper_words(pieces, [0.9] * len(pieces), scores, 60, speech_ms=(0, 1200))
+    assert [word.text for word in words] == ["go", "forward", "ten", "meters"]
+
+
 def test_speech_bounds() -> None:
     samples = np.zeros(16000, dtype=np.int16)
     samples[4000:12000] = 3000

@@ -107,6 +107,9 @@ def speech_bounds_ms(samples: np.ndarray) -> tuple[int, int]:
     return (int(loud[0]) * 10, int(loud[-1] + 1) * 10) if loud.size else (0, count * 10)
 
 
+MAX_CHARACTER_BYTES = 4  # UTF-8's longest character
+
+
 def whisper_words(pieces: Sequence[bytes], probabilities: Sequence[float], scores: np.ndarray,
                   audio_frames: int, speech_ms: tuple[int, int]) -> tuple[TimedWord, ...]:
     """The words of a decode's text tokens (``pieces``: each token's bytes, specials left out),
@@ -124,8 +127,11 @@ def whisper_words(pieces: Sequence[bytes], probabilities: Sequence[float], score
         weakest = min(weakest, float(probabilities[index]))
         try:
             text = pending.decode("utf-8")
-        except UnicodeDecodeError:
-            continue  # the character goes on in the next token
+        except UnicodeDecodeError as error:
+            if error.reason == "unexpected end of data" and len(pending) < MAX_CHARACTER_BYTES:
+                continue  # the character goes on in the next token
+            # bytes no character can hold (the text drops them too): drop them, keep the words after
+            text = pending.decode("utf-8", errors="ignore")
         units.append(TimedToken(text, int(starts[first]), int(starts[index + 1]), weakest))
         pending = b""
     words = [word for word in words_from_tokens(units) if strip_annotations(word.text)]

@@ -218,7 +218,7 @@ class SegmentDecoder:
         view = segment.buffer.view()
         for index in stale:
             chunk = snapshot.chunks[index]
-            if lang not in chunk.redecodes:
+            if lang not in chunk.redecodes or _failed(chunk.redecodes[lang]):  # a failed one is asked again
                 chunk.redecodes[lang] = self._scheduler.submit(AsrRequest(view[chunk.start : chunk.end],
                                                                           segment.options), priority, self._owner,
                                                                trace=self._trace_tag(segment))
@@ -273,3 +273,8 @@ class SegmentDecoder:
 
     def _trace_tag(self, segment: Segment) -> TraceTag | None:
         return self._observe.trace_tag(self._seat, segment.segment_id)
+
+
+def _failed(decode: asyncio.Future[DecodeOutcome | None]) -> bool:
+    """A re-decode that ended without a text: cancelled, raised or refused (None)."""
+    return decode.done() and (decode.cancelled() or decode.exception() is not None or decode.result() is None)

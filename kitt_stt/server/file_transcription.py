@@ -53,6 +53,7 @@ class Segment:
     end: float  # last voiced frame (or the cut)
     text: str
     words: tuple[Word, ...] = ()
+    no_speech: float = 0.0  # P(no speech) from Whisper on ours (its <|nocaptions|> at the first step); else 0
 
 
 @dataclass
@@ -150,14 +151,15 @@ class DecodedPiece:
 async def decode_pieces(samples: np.ndarray, scheduler: InferenceScheduler, vad: VadConfig, stage: TextStage,
                         language: str, use_itn: bool, hotwords: tuple[Hotword, ...], engine_itn: bool,
                         languages: tuple[str, ...] = (),
-                        longest_ms: int | None = None) -> AsyncGenerator[DecodedPiece, None]:
+                        longest_ms: int | None = None, words: bool = False) -> AsyncGenerator[DecodedPiece, None]:
     """The file's pieces, decoded and staged, in file order, each as soon as it and those before it
     are done (all are queued at once). ``languages``: what "auto" may detect, as for a live session
     (``asr.auto_languages``); without them Whisper detects among all its languages on a recognizer
     of its own, which evicts the live sessions' ones (``asr.max_recognizers``). Each piece decides
-    its language. Closing the iterator early drops the decodes still queued."""
+    its language. ``words``: ask an engine that times words (``EngineInfo.words``) for them; others
+    give their tokens' onsets, if any. Closing the iterator early drops the decodes still queued."""
     pieces = await asyncio.to_thread(cut_segments, samples, vad, longest_ms)
-    options = DecodeOptions(language=language, use_itn=use_itn, hotwords=hotwords, languages=languages)
+    options = DecodeOptions(language=language, use_itn=use_itn, hotwords=hotwords, languages=languages, words=words)
     owner = ("file", uuid.uuid4().hex)  # its own lane in the FILE round-robin
     futures = [scheduler.submit(AsrRequest(piece.samples, _for_piece(options)), Priority.FILE, owner)
                for piece in pieces]
@@ -171,8 +173,8 @@ async def decode_pieces(samples: np.ndarray, scheduler: InferenceScheduler, vad:
             # every live session) for each segment, up to hundreds of ms for a long file
             staged = await stage.final_off_loop(result.text, result.lang, engine_itn, detect_wake=False)
             text = staged.text.strip()
-            segment = Segment(piece.start_ms / 1000.0, piece.end_ms / 1000.0, text, _words(result, piece)) \
-                if text else None
+            segment = Segment(piece.start_ms / 1000.0, piece.end_ms / 1000.0, text, _words(result, piece),
+                              round(result.no_speech_probability or 0.0, 4)) if text else None
             yield DecodedPiece(result.lang, segment)
     except BaseException:  # cancelled, closed early, or a decode failed: drop what is still queued
         scheduler.cancel_owner(owner)
@@ -201,10 +203,14 @@ def _for_piece(options: DecodeOptions) -> DecodeOptions:
 
 
 def _words(result: AsrResult, piece: _Piece) -> tuple[Word, ...]:
-    """The engine's tokens with their onsets (before ITN), when the engine gives timestamps."""
+    """The engine's timed words (Whisper on ours), else its tokens with their onsets (before ITN),
+    when the engine gives either; times in the file's seconds."""
+    base = piece.first_sample_ms / 1000.0
+    if result.words:
+        return tuple(Word(word.text, round(base + word.start_ms / 1000.0, 3), round(base + word.end_ms / 1000.0, 3))
+                     for word in result.words)
     if not result.timestamps or len(result.timestamps) != len(result.tokens):
         return ()
-    base = piece.first_sample_ms / 1000.0
     pairs = [(token.strip(), base + stamp) for token, stamp in zip(result.tokens, result.timestamps, strict=True)
              if token.strip() and not token.startswith("<|")]
     ends = [start for _, start in pairs[1:]] + [piece.end_ms / 1000.0]

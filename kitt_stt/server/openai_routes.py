@@ -131,9 +131,11 @@ async def _transcribe(request: Request, state: ServiceState, hotword_changes: Up
         await asyncio.to_thread(engine.prepare_hotwords, hotwords)
     asr = state.config.asr
     headers = {"x-kitt-model": engine.info.name} | ({"x-kitt-prompt": prompt.ignored} if prompt.ignored else {})
+    words = "word" in form.values("timestamp_granularities")
     pieces = decode_pieces(samples, state.scheduler, state.config.vad, TextStage(state.config.text), language,
                            asr.use_itn, hotwords, asr.use_itn and engine.info.kind == "sense_voice",
-                           auto_languages(asr.auto_languages, engine.info.languages), engine.info.longest_input_ms)
+                           auto_languages(asr.auto_languages, engine.info.languages), engine.info.longest_input_ms,
+                           words=words and engine.info.words)
     if stream:
         slot.streaming = True
         return event_stream(pieces, slot.release, headers)
@@ -144,7 +146,6 @@ async def _transcribe(request: Request, state: ServiceState, hotword_changes: Up
     except Exception as exc:  # an engine fault: the client gets a clear 500, the live sessions go on
         log.exception("file transcription failed")
         raise ApiError(500, f"decoding failed: {exc}", code="internal", kind="server_error") from None
-    words = "word" in form.values("timestamp_granularities")
     if words and transcript.segments and not transcript.words:
         headers["x-kitt-words"] = "none: this engine does not time words"
     return _render(transcript, response_format, headers, words)

@@ -35,7 +35,8 @@ def as_verbose_json(transcript: Transcript, model: str, words: bool) -> dict[str
         "model": model,
         "segments": [
             {"id": index, "seek": 0, "start": segment.start, "end": segment.end, "text": segment.text,
-             "tokens": [], "temperature": 0.0, "avg_logprob": 0.0, "compression_ratio": 0.0, "no_speech_prob": 0.0}
+             "tokens": [], "temperature": 0.0, "avg_logprob": 0.0, "compression_ratio": 0.0,
+             "no_speech_prob": segment.no_speech}
             for index, segment in enumerate(transcript.segments)
         ],
     }
