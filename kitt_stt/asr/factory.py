@@ -61,10 +61,9 @@ def build_engine(config: AppConfig) -> AsrEngine:
 def plan_engine(config: AppConfig) -> EnginePlan:
     """Resolve and validate the model, and say how to construct its engine.
 
-    ``asr.engine: ort`` runs our onnxruntime pipelines (CPU, CUDA, TensorRT) for every model:
-    SenseVoice greedy or with hotword beam search, Whisper greedy (``asr/ort_whisper.py``).
-    ``onnxruntime`` (default) runs ours for SenseVoice and sherpa-onnx for Whisper (Whisper on ours
-    is opt-in: its finals differ from sherpa-onnx's on 15 % of our recordings, docs/models.md);
+    ``asr.engine: ort`` (default) runs our onnxruntime pipelines (CPU, CUDA, TensorRT) for every
+    model: SenseVoice greedy or with hotword beam search, Whisper greedy (``asr/ort_whisper.py``).
+    ``onnxruntime`` runs ours for SenseVoice and sherpa-onnx for Whisper (as before 0.6.1);
     ``sherpa`` uses sherpa-onnx, the reference implementation (CPU, greedy), for both.
     """
     asr = config.asr

@@ -1,4 +1,4 @@
-"""Whisper on our own onnxruntime sessions (``asr.engine: onnxruntime``): greedy decoding over our
+"""Whisper on our own onnxruntime sessions (``asr.engine: ort``, the default): greedy decoding over our
 export's encoder/decoder pair, on the CPU, CUDA or TensorRT (``asr/whisper_graphs.py``).
 
 Why not only sherpa-onnx (``asr/sherpa_whisper.py``, kept as ``asr.engine: sherpa``, the

@@ -1,4 +1,5 @@
-"""Whisper on sherpa-onnx's ``OfflineRecognizer`` (greedy, CPU): the engine for real speech here.
+"""Whisper on sherpa-onnx's ``OfflineRecognizer`` (greedy, CPU): the reference our engine is checked
+against (``asr.engine: sherpa``, or ``onnxruntime`` for Whisper; ours is ``asr/ort_whisper.py``).
 
 Whisper decodes autoregressively, so unlike CTC its cost grows with the text as well as the audio,
 and it reads at most 30 s at a time (``asr/factory.py`` refuses configurations that could ask more).
