@@ -109,7 +109,7 @@ def cmd_trt_build(args: argparse.Namespace) -> int:
         resolved = resolve_model(config.asr.model, config.models)
         if resolved.kind == "whisper":
             return _fail(f"asr.model={config.asr.model} is a Whisper model; TensorRT engines are built for SenseVoice "
-                         "(Whisper runs on sherpa-onnx, CPU)")
+                         "(Whisper on ours takes asr.provider: tensorrt at start-up; its encoder engine is built then)")
         model = load_sense_voice_model(resolved.directory, prefer_int8=False)
         asr = config.asr.model_copy(update={"provider": Provider.TENSORRT})
         print(f"building the TensorRT engine for {model.model_path} (about a minute on an Orin) ...", flush=True)

@@ -154,8 +154,9 @@ async def decode_pieces(samples: np.ndarray, scheduler: InferenceScheduler, vad:
                         longest_ms: int | None = None, words: bool = False) -> AsyncGenerator[DecodedPiece, None]:
     """The file's pieces, decoded and staged, in file order, each as soon as it and those before it
     are done (all are queued at once). ``languages``: what "auto" may detect, as for a live session
-    (``asr.auto_languages``); without them Whisper detects among all its languages on a recognizer
-    of its own, which evicts the live sessions' ones (``asr.max_recognizers``). Each piece decides
+    (``asr.auto_languages``); without them Whisper detects among all its languages (on sherpa-onnx
+    on a recognizer of its own, which evicts the live sessions' ones, ``asr.max_recognizers``). Each
+    piece decides
     its language. ``words``: ask an engine that times words (``EngineInfo.words``) for them; others
     give their tokens' onsets, if any. Closing the iterator early drops the decodes still queued."""
     pieces = await asyncio.to_thread(cut_segments, samples, vad, longest_ms)
