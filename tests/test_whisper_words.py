@@ -12,6 +12,7 @@ import pytest
 from kitt_stt.asr.engine import AsrRequest, DecodeOptions
 from kitt_stt.asr.factory import build_engine
 from kitt_stt.asr.ort_whisper import OrtWhisperEngine
+from kitt_stt.asr.text import outside_annotations
 from kitt_stt.asr.whisper_timing import dtw, median_filter, speech_bounds_ms, whisper_words
 from kitt_stt.asr.words import is_single_character_word
 from kitt_stt.audio.wavfile import read_wav_16k_mono
@@ -63,6 +64,18 @@ def test_a_byte_no_character_can_hold_drops_only_itself() -> None:
         scores[:, row, row * 10 : row * 10 + 4] = 10.0
     words = whisper_words(pieces, [0.9] * len(pieces), scores, 60, speech_ms=(0, 1200))
     assert [word.text for word in words] == ["go", "forward", "ten", "meters"]
+
+
+def test_an_annotation_of_several_words_leaves_none_of_them_in_the_words() -> None:
+    """Review finding: "(door closes)" left "closes)" among the words while the text dropped it."""
+    pieces = [b" (", b"door", b" closes", b")", b" open", b" it"]
+    rows = len(pieces) + 1
+    scores = np.full((2, rows, 70), -10.0)
+    for row in range(rows):
+        scores[:, row, row * 10 : row * 10 + 4] = 10.0
+    words = whisper_words(pieces, [0.9] * len(pieces), scores, 70, speech_ms=(0, 1400))
+    assert [word.text for word in words] == ["open", "it"]
+    assert outside_annotations(["[MUSIC", "go", "forward"]) == [False, True, True]  # never closed, as the text
 
 
 def test_speech_bounds() -> None:

@@ -19,8 +19,8 @@ Confidence: the token's probability at the step that chose it, its softmax over 
 (as Whisper's ``timing.py`` takes it); a word's is its weakest token's and the text's the words'
 geometric mean, as for SenseVoice (``asr/words.py``). Whisper's byte-level tokens may split a
 character; tokens are joined until their bytes decode, and such a unit takes the first one's start
-and the last one's end. Words that ``strip_annotations`` removes from the text (``[Music]``) are
-left out of the words too.
+and the last one's end. Words that ``strip_annotations`` removes from the text (``[Music]``, an
+annotation over several words such as ``(door closes)``) are left out of the words too.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from kitt_stt.asr.text import strip_annotations
+from kitt_stt.asr.text import outside_annotations
 from kitt_stt.asr.words import TimedToken, TimedWord, words_from_tokens
 
 FRAME_MS = 20  # one encoder frame: two 10 ms mel frames
@@ -46,7 +46,8 @@ def median_filter(x: np.ndarray, width: int = MEDIAN_WIDTH) -> np.ndarray:
         return x
     padded = np.pad(x, [(0, 0)] * (x.ndim - 1) + [(pad, pad)], mode="reflect")
     windows = np.lib.stride_tricks.sliding_window_view(padded, width, axis=-1)
-    return np.median(windows, axis=-1)
+    # the middle of an odd window, found without sorting it: the median, ~3x faster than np.median
+    return np.partition(windows, pad, axis=-1)[..., pad]
 
 
 def dtw(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -134,7 +135,9 @@ def whisper_words(pieces: Sequence[bytes], probabilities: Sequence[float], score
             text = pending.decode("utf-8", errors="ignore")
         units.append(TimedToken(text, int(starts[first]), int(starts[index + 1]), weakest))
         pending = b""
-    words = [word for word in words_from_tokens(units) if strip_annotations(word.text)]
+    timed = words_from_tokens(units)
+    words = [word for word, kept in zip(timed, outside_annotations([word.text for word in timed]), strict=True)
+             if kept]
     onset, offset = speech_ms
     if words and words[0].start_ms < onset < words[0].end_ms:
         words[0] = dataclasses.replace(words[0], start_ms=onset)
