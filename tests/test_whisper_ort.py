@@ -184,3 +184,41 @@ def test_when_a_piece_can_answer_for_the_segment() -> None:
     assert not _reads(audio[:20000], audio, 28800)  # a first chunk shorter than the decision point
     assert _reads(audio[:20000], audio[:20000], 28800)  # an early guess on all there is
     assert not _reads(audio[10000:], audio, 28800)  # a piece after a closed chunk
+
+
+def test_tensorrt_takes_the_encoder_and_cuda_the_decoder() -> None:
+    """The provider chains as a GPU host would get them (built on this CPU, not run): TensorRT gets
+    the encoder with a profile over Whisper's mel lengths, the decoder runs on CUDA."""
+    from kitt_stt.asr.whisper_graphs import WINDOW_FRAMES, _chains
+
+    encoder, decoder, checked = _chains(AsrConfig.model_validate({"provider": "tensorrt"}))
+    assert [name for name, _ in encoder] == ["TensorrtExecutionProvider", "CUDAExecutionProvider"]
+    assert [name for name, _ in decoder] == ["CUDAExecutionProvider"] and checked.value == "cuda"
+    profile = encoder[0][1]
+    assert (profile["trt_profile_min_shapes"], profile["trt_profile_max_shapes"]) == (
+        "mel:1x80x2", f"mel:1x80x{WINDOW_FRAMES}")
+    cuda = _chains(AsrConfig.model_validate({"provider": "cuda"}))
+    assert [name for name, _ in cuda[0]] == [name for name, _ in cuda[1]] == ["CUDAExecutionProvider"]
+
+
+def test_an_export_without_the_alignment_output_decodes_without_words(whisper_dir: Path, tmp_path: Path) -> None:
+    """A revision-1 export (before cross_qk) still decodes; it says it times no words."""
+    import onnx
+
+    old = tmp_path / "whisper-r1"
+    old.mkdir()
+    for file in whisper_dir.iterdir():
+        if file.is_file() and "decoder" not in file.name:
+            (old / file.name).symlink_to(file)
+    decoder = next(whisper_dir.glob("*decoder*.onnx"))
+    graph = onnx.load(str(decoder))
+    kept = [output for output in graph.graph.output if output.name != "cross_qk"]
+    assert len(kept) == len(graph.graph.output) - 1
+    del graph.graph.output[:]
+    graph.graph.output.extend(kept)
+    onnx.save(graph, str(old / decoder.name))
+    engine = build_engine(AppConfig.model_validate({"asr": {"model": str(old)}}))
+    assert isinstance(engine, OrtWhisperEngine) and not engine.info.words
+    speech = read_wav_16k_mono(SPEECH / "en_go_forward_ten_meters.wav")
+    result = engine.decode_batch([AsrRequest(speech, DecodeOptions(language="en", words=True))])[0]
+    assert "forward" in result.text.lower() and result.words == ()
