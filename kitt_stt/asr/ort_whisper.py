@@ -160,10 +160,12 @@ class OrtWhisperEngine(AsrEngine):
         first = _FirstStep(graphs, cross)
         with timer.stage("language"):
             language, guess = self._language(request, first)
+        words = request.options.words and graphs.aligns
         with timer.stage("decode"):
-            decoded = self._greedy(mel, cross, language, words=request.options.words and graphs.aligns)
+            decoded = self._greedy(mel, cross, language, words=words)
+        # where the speech lies only matters to the words: not computed for every interim
         return dataclasses.replace(decoded, guess=guess, no_speech=first.no_speech() if first.ran else None,
-                                   speech_ms=speech_bounds_ms(request.samples))
+                                   speech_ms=speech_bounds_ms(request.samples) if words else (0, 0))
 
     def _greedy(self, mel: np.ndarray, cross: tuple[np.ndarray, np.ndarray], language: str,
                 words: bool) -> GreedyDecode:
