@@ -149,20 +149,23 @@ def build_corpus(work: Path) -> tuple[list[Utterance], list[str]]:
     return corpus, notes
 
 
+def asterisk_texts() -> dict[str, str]:
+    """Each asterisk prompt's transcript by name (the package's ``core-sounds-en.txt``); {} without it."""
+    if not ASTERISK_TEXT.is_file():
+        return {}
+    with gzip.open(ASTERISK_TEXT, "rt", encoding="utf-8", errors="replace") as lines:
+        return {name: text.strip() for name, _, text in (line.partition(":") for line in lines)
+                if text.strip() and not name.startswith(";") and "/" not in name}
+
+
 def asterisk_prompts(most: int = 36) -> list[str]:
     """One-sentence prompts of 6-14 words that end as a sentence (not "..."), each text once, by
     name; every k-th of them so that at most ``most`` remain. A fixed rule, not a choice by result."""
-    if not ASTERISK_TEXT.is_file():
-        return []
     chosen: dict[str, str] = {}
-    with gzip.open(ASTERISK_TEXT, "rt", encoding="utf-8", errors="replace") as lines:
-        listed = list(lines)
-    for line in listed:
-        name, _, text = line.partition(":")
-        text = text.strip()
-        if (not text or line.startswith(";") or "/" in name or "[" in text or text.endswith("...")
-                or re.search(r"[.?!]", text.rstrip(".?! ")) or not 6 <= len(text.split()) <= 14
-                or not (ASTERISK_DIR / f"{name}.wav").is_file() or text.lower() in chosen.values()):
+    for name, text in asterisk_texts().items():
+        if ("[" in text or text.endswith("...") or re.search(r"[.?!]", text.rstrip(".?! "))
+                or not 6 <= len(text.split()) <= 14 or not (ASTERISK_DIR / f"{name}.wav").is_file()
+                or text.lower() in chosen.values()):
             continue
         chosen[name] = text.lower()
     names = sorted(chosen)

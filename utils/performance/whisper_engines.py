@@ -36,11 +36,9 @@ ENGINES = ("ort", "sherpa")
 AUTO = DecodeOptions(language="auto", languages=("zh", "en"))
 
 
-PADDING = "whisper"  # ours' asr.whisper.padding (--padding zeros: sherpa-onnx's, to check the reproduction)
-
-
-def engine(model: str, name: str) -> AsrEngine:
-    whisper = {"padding": PADDING} if name == "ort" else {}
+def engine(model: str, name: str, padding: str = "whisper") -> AsrEngine:
+    """``name``'s engine for ``model``; ``padding``: ours' asr.whisper.padding (sherpa-onnx always pads with zeros)."""
+    whisper = {"padding": padding} if name == "ort" else {}
     return build_engine(AppConfig.model_validate({"asr": {"model": model, "engine": name, "whisper": whisper}}))
 
 
@@ -101,18 +99,18 @@ def _status_kb(key: str) -> int:
     raise KeyError(key)
 
 
-def rss_child(model: str, name: str) -> None:
+def rss_child(model: str, name: str, padding: str) -> None:
     """In a fresh process: the engine as config.yaml builds it, a zh and an en decode in auto."""
-    asr = engine(model, name)
+    asr = engine(model, name, padding)
     for clip in ("zh_da_kai_che_men", "en_go_forward_ten_meters"):
         decode(asr, read_wav_16k_mono(FIXTURES / f"{clip}.wav"), AUTO)
     print(json.dumps({"rss_mb": _status_kb("VmRSS") / 1024, "peak_mb": _status_kb("VmHWM") / 1024}))
 
 
-def memory_report(model: str) -> None:
+def memory_report(model: str, padding: str) -> None:
     found = {}
     for name in ENGINES:
-        out = subprocess.run([sys.executable, __file__, "--model", model, "--rss-child", name, "--padding", PADDING],
+        out = subprocess.run([sys.executable, __file__, "--model", model, "--rss-child", name, "--padding", padding],
                              check=True,
                              capture_output=True, text=True).stdout
         found[name] = json.loads(out.strip().splitlines()[-1])
@@ -130,21 +128,19 @@ def main() -> None:
                         help="ours' asr.whisper.padding (zeros: sherpa-onnx's fill, to check the reproduction)")
     parser.add_argument("--rss-child", choices=ENGINES, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    global PADDING
-    PADDING = args.padding
     if args.rss_child:
-        rss_child(args.model, args.rss_child)
+        rss_child(args.model, args.rss_child, args.padding)
         return
     missing: list[str] = []
     corpus = load_corpus(missing)
     for source in missing:
         print(f"skipped (not installed): {source}")
-    print(f"{len(corpus)} recordings; ours pads with {PADDING}")
-    engines = {name: engine(args.model, name) for name in ENGINES}
+    print(f"{len(corpus)} recordings; ours pads with {args.padding}")
+    engines = {name: engine(args.model, name, args.padding) for name in ENGINES}
     text_report(engines, corpus)
     speed_report(engines, args.repeats)
     del engines
-    memory_report(args.model)
+    memory_report(args.model, args.padding)
 
 
 if __name__ == "__main__":
