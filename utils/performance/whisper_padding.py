@@ -6,8 +6,9 @@ The server decodes a segment's pieces, each closed by a pause, so whisper-base o
 second of speech followed by ``asr.whisper.tail_paddings`` (700) frames of padding. sherpa-onnx
 fills them with 0, a level louder than silence; Whisper was trained on audio padded with digital
 silence, whose log-mel is the window's floor. This cuts each English recording with a reference
-at its pauses of 200 ms or more (as the VAD would), decodes every piece in English with sherpa-onnx
-and with our engine under both fills, joins the pieces and counts word errors against the reference
+into speech segments as the upload path does (``cut_segments``, with the schema's VAD settings:
+webrtc, 200 ms of silence ends a segment, 300 ms of pre-roll), decodes every piece in English with
+sherpa-onnx and with our engine under both fills, joins the pieces and counts word errors against the reference
 (case, punctuation and the digits the references spell out ignored), plus the decode time.
 
 Recordings: the project's English fixtures, alsa-utils' channel voices (the file name is the
@@ -19,9 +20,9 @@ nothing was chosen on: reported in rows of their own, never used to choose.
 from __future__ import annotations
 
 import argparse
-import gzip
 import re
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,12 +32,13 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from kitt_stt.asr.engine import AsrEngine, AsrRequest, DecodeOptions  # noqa: E402
-from kitt_stt.asr.factory import build_engine  # noqa: E402
-from kitt_stt.config.schema import AppConfig  # noqa: E402
-from utils.performance.eot_eval import ASTERISK_DIR, ASTERISK_TEXT, asterisk_prompts  # noqa: E402
+from kitt_stt.asr.engine import AsrRequest, DecodeOptions  # noqa: E402
+from kitt_stt.config.schema import VadConfig  # noqa: E402
+from kitt_stt.server.file_transcription import cut_segments  # noqa: E402
+from utils.performance.eot_eval import ASTERISK_DIR, asterisk_prompts, asterisk_texts  # noqa: E402
 from utils.performance.speech import to_16k  # noqa: E402
 from utils.performance.text_distance import edit_distance  # noqa: E402
+from utils.performance.whisper_engines import engine  # noqa: E402
 
 FIXTURES = REPO / "tests" / "fixtures" / "speech"
 ALSA = Path("/usr/share/sounds/alsa")
@@ -44,9 +46,6 @@ SPHINX = Path("/usr/share/pocketsphinx/test/data")
 ARMS = {"sherpa-onnx (zeros)": ("sherpa", "zeros"), "ours, zeros": ("ort", "zeros"),
         "ours, Whisper's silence (default)": ("ort", "whisper")}
 SPELLED = {"10": "ten", "4": "four", "5": "five", "7": "seven", "8": "eight", "mr": "mister"}
-FRAME = 320  # 20 ms
-GAP_FRAMES = 10  # 200 ms of quiet closes a piece
-PREROLL_FRAMES = 15  # 300 ms before the onset, as the VAD's pre-roll
 
 
 def recordings(work: Path, outside: bool) -> Iterator[tuple[str, str, np.ndarray, str]]:
@@ -63,41 +62,19 @@ def recordings(work: Path, outside: bool) -> Iterator[tuple[str, str, np.ndarray
         for path in sorted((SPHINX / folder).glob("*.wav")):
             if path.stem in references:
                 yield "project", path.name, to_16k(path, work / "clip.wav"), references[path.stem].strip()
-    if outside and ASTERISK_TEXT.is_file():
-        with gzip.open(ASTERISK_TEXT, "rt", encoding="utf-8", errors="replace") as lines:
-            texts = dict(line.strip().split(":", 1) for line in lines if ":" in line and not line.startswith(";"))
-        for name in asterisk_prompts():
-            yield "outside", name, to_16k(ASTERISK_DIR / f"{name}.wav", work / "clip.wav"), texts[name].strip()
+    texts = asterisk_texts() if outside else {}
+    for name in asterisk_prompts() if texts else []:
+        yield "outside", name, to_16k(ASTERISK_DIR / f"{name}.wav", work / "clip.wav"), texts[name]
 
 
 def pieces(samples: np.ndarray) -> list[np.ndarray]:
-    """The recording cut where 200 ms stay 35 dB under its loudest frame, each piece with a pre-roll."""
-    frames = samples[: len(samples) // FRAME * FRAME].reshape(-1, FRAME).astype(np.float64)
-    level = 10 * np.log10(np.mean(frames**2, axis=1) + 1e-9)
-    loud = level > level.max() - 35
-    found, start, quiet = [], None, 0
-    for index, voiced in enumerate(loud):
-        if voiced:
-            start = index if start is None else start
-            quiet = 0
-        elif start is not None:
-            quiet += 1
-            if quiet >= GAP_FRAMES:
-                found.append(samples[max(0, start - PREROLL_FRAMES) * FRAME:(index + 1) * FRAME])
-                start = None
-    if start is not None:
-        found.append(samples[max(0, start - PREROLL_FRAMES) * FRAME:])
-    return found
+    """The recording's speech segments as an upload's are cut (``cut_segments``, the schema's VAD)."""
+    return [piece.samples for piece in cut_segments(samples, VadConfig())]
 
 
 def words(text: str) -> list[str]:
     bare = re.sub(r"[^a-z0-9' ]", " ", text.lower().replace("-", " "))
     return [SPELLED.get(word, word) for word in bare.split()]
-
-
-def engine(model: str, name: str, padding: str) -> AsrEngine:
-    whisper = {"padding": padding} if name == "ort" else {}
-    return build_engine(AppConfig.model_validate({"asr": {"model": model, "engine": name, "whisper": whisper}}))
 
 
 def main() -> None:
@@ -106,8 +83,6 @@ def main() -> None:
     parser.add_argument("--outside", action="store_true", help="add the outside check's recordings, in their own rows")
     parser.add_argument("--show", action="store_true", help="print every text with errors")
     args = parser.parse_args()
-    import tempfile
-
     with tempfile.TemporaryDirectory(prefix="whisper-padding-") as tmp:
         data = list(recordings(Path(tmp), args.outside))
     print(f"{len(data)} recordings, {sum(len(pieces(x)) for _, _, x, _ in data)} pieces")
